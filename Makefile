@@ -1,0 +1,49 @@
+# The two commands of the README:  `make demo`  and  `make test`.
+# Everything they need is installed by them, into .venv/ and .cache/ (not committed).
+
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.deps-stamp
+
+.PHONY: demo test lint typecheck unit integration venv install kafka-fetch clean
+
+demo: install
+	$(VENV)/bin/rankwatch demo
+
+test: install kafka-fetch lint typecheck
+	$(PY) -m pytest -p no:cacheprovider --timeout=600 tests
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: install
+	cd build/__editable__.rankwatch-0.1.0-py3-none-any && ../../$(PY) -m mypy --config-file ../../pyproject.toml rankwatch
+
+unit: install
+	$(PY) -m pytest -p no:cacheprovider -m "not integration" tests
+
+integration: install kafka-fetch
+	$(PY) -m pytest -p no:cacheprovider -m integration tests
+
+venv: $(STAMP)
+
+# Third-party dependencies: reinstalled only when pyproject.toml changes.
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[stream,grafana,dev]'
+	touch $(STAMP)
+
+# The project itself, as a strict editable install (a link tree that type checkers
+# and pytest see exactly as the wheel lays it out). Cheap; redone every time so new
+# modules are always linked.
+install: $(STAMP)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+
+kafka-fetch:
+	scripts/kafka.sh fetch
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .cache

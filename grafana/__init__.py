@@ -1,0 +1,1 @@
+"""Dashboards as code and their publisher."""

@@ -1,0 +1,1 @@
+"""Per-rank hooks that run inside training processes (standard library + orjson only)."""

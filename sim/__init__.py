@@ -1,0 +1,1 @@
+"""The what-if engine: pure numpy, no I/O."""

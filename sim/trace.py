@@ -1,0 +1,123 @@
+"""An op trace as numpy columns: the one input type of the what-if engine.
+
+One row per timed op of one worker (a worker is a (dp_rank, stage) pair). Times are
+seconds from the step's start (the earliest op start of that step), clocks aligned.
+The same layout as ``trace-*.parquet`` of the shipped straggler traces; reading
+files is the shell's job (``rankwatch.traceio``), this module does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from rankwatch.schemas.optypes import CODE, OPTYPES
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read as op records (missing column, unknown op type...)."""
+
+
+_INT_COLUMNS = ("dp_rank", "stage", "rank", "step", "seq_id", "mc", "gmc", "mb_id")
+_FLOAT_COLUMNS = ("start_ts", "duration")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Columns of equal length. ``optype`` holds codes into ``OPTYPES``."""
+
+    dp_rank: np.ndarray  # int64
+    stage: np.ndarray  # int64
+    rank: np.ndarray  # int64
+    step: np.ndarray  # int64
+    optype: np.ndarray  # int8 codes into OPTYPES
+    seq_id: np.ndarray  # int64
+    mc: np.ndarray  # int64, -1 where not a compute op
+    gmc: np.ndarray  # int64, -1 where not a compute op
+    mb_id: np.ndarray  # int64, -1 where not a compute op
+    start_ts: np.ndarray  # float64 seconds from step start
+    duration: np.ndarray  # float64 seconds
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+    @property
+    def optype_names(self) -> np.ndarray:
+        """Op types as strings (for display and export)."""
+        return np.asarray(OPTYPES, dtype=object)[self.optype]
+
+    def select(self, mask: np.ndarray) -> Trace:
+        """Rows where ``mask`` holds (a boolean array or an index array)."""
+        return Trace(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Columns with op types as strings, ready for a DataFrame or parquet."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["optype"] = self.optype_names
+        return out
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, object]) -> Trace:
+        """Build from any mapping of array-likes; op types may be names or codes.
+
+        Raises :class:`TraceError` naming the missing column or unknown op types.
+        """
+        missing = [c for c in (*_INT_COLUMNS, *_FLOAT_COLUMNS, "optype") if c not in columns]
+        if missing:
+            raise TraceError(f"trace lacks column(s): {', '.join(missing)}")
+        data: dict[str, np.ndarray] = {}
+        for name in _INT_COLUMNS:
+            data[name] = np.asarray(columns[name]).astype(np.int64, copy=False)
+        for name in _FLOAT_COLUMNS:
+            data[name] = np.asarray(columns[name]).astype(np.float64, copy=False)
+        data["optype"] = _optype_codes(np.asarray(columns["optype"]))
+        lengths = {name: arr.shape[0] for name, arr in data.items()}
+        if len(set(lengths.values())) != 1:
+            raise TraceError(f"columns differ in length: {lengths}")
+        return cls(**data)
+
+
+def _optype_codes(raw: np.ndarray) -> np.ndarray:
+    if raw.dtype.kind in "iu":
+        bad = (raw < 0) | (raw >= len(OPTYPES))
+        if bad.any():
+            raise TraceError(f"unknown op type code(s): {sorted(set(raw[bad].tolist()))}")
+        return raw.astype(np.int8)
+    names, inverse = np.unique(raw.astype(str), return_inverse=True)
+    unknown = [n for n in names if n not in CODE]
+    if unknown:
+        raise TraceError(f"unknown op type(s): {', '.join(unknown)}")
+    lut = np.array([CODE[n] for n in names], dtype=np.int8)
+    return lut[inverse]
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """Parallel sizes of a job (``meta-*.yaml`` of the shipped traces)."""
+
+    dp_size: int
+    pp_size: int
+    tp_size: int = 1
+    dsp_size: int = 1
+    vpp_size: int = 1
+    world_size: int = 0
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, object]) -> JobMeta:
+        """Keep the known keys; reject missing or non-positive sizes with a clear reason."""
+        values: dict[str, int] = {}
+        for f in fields(cls):
+            if f.name not in raw:
+                if f.name in ("dp_size", "pp_size"):
+                    raise TraceError(f"job metadata lacks {f.name}")
+                continue
+            value = raw[f.name]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise TraceError(f"job metadata {f.name} must be a non-negative integer")
+            values[f.name] = value
+        meta = cls(**values)
+        if meta.dp_size < 1 or meta.pp_size < 1 or meta.vpp_size < 1:
+            raise TraceError("dp_size, pp_size and vpp_size must be at least 1")
+        return meta

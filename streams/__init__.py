@@ -1,0 +1,1 @@
+"""Stream workers: step assembly and the thin faust/embedded shells around the core."""
