@@ -1,0 +1,109 @@
+"""Records to dense per-op arrays: ``(N ops, S steps, D dp ranks)``, one cell per record.
+
+Legend: N = ops of the model (one step, one DP rank), S = steps, D = DP ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rankwatch.sim.errors import ModelError
+from rankwatch.sim.graph import OpGraph, op_keys
+from rankwatch.sim.naming import list_names, op_label
+from rankwatch.sim.trace import Trace
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Recorded start and duration of every modelled op, seconds from its step's start."""
+
+    steps: np.ndarray  # (S,) step numbers, ascending
+    start_NSD: np.ndarray
+    duration_NSD: np.ndarray
+
+    @property
+    def end_NSD(self) -> np.ndarray:
+        return self.start_NSD + self.duration_NSD
+
+
+def align(graph: OpGraph, trace: Trace) -> OpTimes:
+    """Place each record at its (op, step, dp_rank) cell; every cell must be filled once.
+
+    Records of ops modelled as no-ops are dropped. The result does not depend on the
+    order of the records. Raises :class:`ModelError` naming unknown, missing or
+    duplicated ops.
+    """
+    if len(trace) == 0:
+        raise ModelError("the trace has no ops")
+    _check_ranges(graph, trace)
+    node, known = _nodes(graph, trace)
+    if not known.all():
+        unknown = ~known & ~np.isin(_keys(trace), graph.skipped_keys)
+        if unknown.any():
+            raise ModelError(
+                "ops not in the model inferred from dp_rank 0 (every step and DP rank must "
+                f"run the same ops): {_describe(graph, trace, np.flatnonzero(unknown))}"
+            )
+        trace = trace.select(known)
+        node = node[known]
+    steps, step_idx = np.unique(trace.step, return_inverse=True)
+    shape = (graph.size, steps.size, graph.dp_size)
+    flat = np.ravel_multi_index((node, step_idx, trace.dp_rank), shape)
+    counts = np.bincount(flat, minlength=int(np.prod(shape)))
+    if (counts > 1).any():
+        raise ModelError(f"ops recorded twice: {_cells(graph, steps, shape, counts > 1)}")
+    if (counts == 0).any():
+        raise ModelError(f"ops missing: {_cells(graph, steps, shape, counts == 0)}")
+    start = np.empty(shape)
+    duration = np.empty(shape)
+    start.flat[flat] = trace.start_ts
+    duration.flat[flat] = trace.duration
+    start -= start.min(axis=(0, 2), keepdims=True)  # times from the step's first start
+    return OpTimes(steps=steps, start_NSD=start, duration_NSD=duration)
+
+
+def _keys(trace: Trace) -> np.ndarray:
+    return op_keys(trace.optype, trace.seq_id, trace.stage)
+
+
+def _nodes(graph: OpGraph, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    keys = graph.keys
+    order = np.argsort(keys)
+    pos = np.searchsorted(keys[order], _keys(trace))
+    pos = np.minimum(pos, keys.size - 1)
+    node = order[pos]
+    return node, keys[node] == _keys(trace)
+
+
+def _check_ranges(graph: OpGraph, trace: Trace) -> None:
+    for column, size, what in (
+        (trace.dp_rank, graph.dp_size, "dp_rank"),
+        (trace.stage, graph.pp_size, "stage"),
+    ):
+        bad = (column < 0) | (column >= size)
+        if bad.any():
+            raise ModelError(
+                f"{what} {int(column[bad][0])} is outside the job's {what}s 0..{size - 1}"
+            )
+
+
+def _describe(graph: OpGraph, trace: Trace, rows: np.ndarray) -> str:
+    t = trace
+    labels = [
+        f"{op_label(int(t.optype[r]), int(t.seq_id[r]), int(t.stage[r]), int(t.mb_id[r]))}"
+        f" in step {int(t.step[r])} of dp_rank {int(t.dp_rank[r])}"
+        for r in rows[:6]
+    ]
+    return list_names(labels, total=int(rows.size))
+
+
+def _cells(graph: OpGraph, steps: np.ndarray, shape: tuple[int, int, int], bad: np.ndarray) -> str:
+    cells = np.flatnonzero(bad)
+    node, s, d = np.unravel_index(cells[:6], shape)
+    labels = [
+        f"{graph.label(int(n))} in step {int(steps[i])} of dp_rank {int(r)}"
+        for n, i, r in zip(node, s, d, strict=True)
+    ]
+    return list_names(labels, total=int(cells.size))

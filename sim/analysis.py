@@ -1,0 +1,269 @@
+"""The analyses of WHATIF.md over any set of steps: offline (all) or online (one).
+
+Every figure is a step time from one simulation pass over lanes (scenario, step,
+dp rank): the recorded costs (T), the ideal costs (T_ideal), the ideal with one
+group's real costs back (attribution S_g), the real costs with one group fixed
+(M_W, M_S), and the recorded costs with launch delays (replay check).
+
+Legend: N ops, S steps, D DP ranks, P stages, X scenarios, G groups.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from rankwatch.schemas.optypes import ATTRIBUTION_GROUP, OPTYPES
+from rankwatch.sim.align import align
+from rankwatch.sim.durations import Measured, measure
+from rankwatch.sim.errors import ModelError
+from rankwatch.sim.graph import OpGraph
+from rankwatch.sim.ideal import IdealCosts, ideal_costs
+from rankwatch.sim.inference import infer_graph
+from rankwatch.sim.scenarios import NodeMasked, OneRankReal
+from rankwatch.sim.simulate import simulate
+from rankwatch.sim.trace import JobMeta, Trace
+
+TOP_WORKER_SHARE = 0.03
+"""M_W fixes this share of the workers (rounded up, at least one)."""
+
+WORTH_ATTRIBUTING = 1.03
+"""Below this slowdown the attributions are mostly noise (WHATIF.md)."""
+
+_MAX_CELLS = 1 << 24
+"""Scenarios are simulated in chunks of at most this many (op, lane) cells (memory)."""
+
+DIMENSIONS = ("optype", "dp_rank", "stage")
+
+
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """Results for the steps of ``steps``; arrays are indexed like ``steps``."""
+
+    steps: np.ndarray  # (S,)
+    dp_size: int
+    pp_size: int
+    base_S: np.ndarray  # recorded step times
+    simulated_S: np.ndarray  # T: simulated, launch delays 0
+    ideal_S: np.ndarray  # T_ideal
+    attribution_S: Mapping[str, Mapping[str, np.ndarray]]  # dim -> group -> T with g real
+    worker_DP: np.ndarray  # S_w
+    top_workers: tuple[tuple[int, int], ...]  # (dp_rank, stage) fixed for M_W
+    m_w: float
+    m_s: float
+    replay_error: float  # max |replayed - recorded| step time, seconds
+    ideal: IdealCosts
+
+    @property
+    def slowdown(self) -> float:
+        return _ratio(self.simulated_S.mean(), self.ideal_S.mean())
+
+    @property
+    def launch_slowdown(self) -> float:
+        return _ratio(self.base_S.mean(), self.simulated_S.mean())
+
+    @property
+    def waste(self) -> float:
+        return 1.0 - 1.0 / self.slowdown
+
+    @property
+    def step_slowdown(self) -> np.ndarray:
+        return self.simulated_S / self.ideal_S
+
+    def attribution(self, dim: str) -> dict[str, float]:
+        """Group -> S_g over all steps, largest first."""
+        ideal = self.ideal_S.mean()
+        out = {g: _ratio(t.mean(), ideal) for g, t in self.attribution_S[dim].items()}
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    def attribution_per_step(self, dim: str) -> dict[str, np.ndarray]:
+        return {g: t / self.ideal_S for g, t in self.attribution_S[dim].items()}
+
+    def workers(self) -> dict[str, float]:
+        """``"dp,stage"`` -> S_w, largest first."""
+        d, p = np.unravel_index(
+            np.argsort(-self.worker_DP, axis=None, kind="stable"), self.worker_DP.shape
+        )
+        return {f"{i},{j}": float(self.worker_DP[i, j]) for i, j in zip(d, p, strict=True)}
+
+    def to_json(self) -> dict[str, object]:
+        """The CLI's JSON object (steps as string keys, NaN as null)."""
+        steps = [str(s) for s in self.steps.tolist()]
+
+        def by_step(values: np.ndarray) -> dict[str, float | None]:
+            return {s: _num(v) for s, v in zip(steps, values.tolist(), strict=True)}
+
+        attribution: dict[str, object] = {d: _nums(self.attribution(d)) for d in DIMENSIONS}
+        attribution["worker"] = _nums(self.workers())
+        return {
+            "slowdown": _num(self.slowdown),
+            "launch_slowdown": _num(self.launch_slowdown),
+            "waste": _num(self.waste),
+            "step_time": {
+                "base": by_step(self.base_S),
+                "simulated": by_step(self.simulated_S),
+                "ideal": by_step(self.ideal_S),
+            },
+            "step_slowdown": by_step(self.step_slowdown),
+            "attribution": attribution,
+            "attribution_per_step": {
+                d: {g: by_step(v) for g, v in self.attribution_per_step(d).items()}
+                for d in DIMENSIONS
+            },
+            "M_W": _num(self.m_w),
+            "M_S": _num(self.m_s),
+            "top_workers": [f"{d},{p}" for d, p in self.top_workers],
+            "replay_error": _num(self.replay_error),
+            "ideal_cost": self.ideal.as_dict(),
+            "layout": {"dp": self.dp_size, "pp": self.pp_size, "steps": len(steps)},
+        }
+
+
+def analyse(trace: Trace, meta: JobMeta) -> Analysis:
+    """Offline: infer the model from the trace and analyse all its steps."""
+    graph = infer_graph(trace, meta)
+    measured = measure_trace(graph, trace)
+    return analyse_measured(graph, measured, ideal_costs(graph, measured))
+
+
+def analyse_step(graph: OpGraph, step_trace: Trace, ideal: IdealCosts) -> Analysis:
+    """Online: one complete step against ideal costs (e.g. ``RollingIdeal.ideal()``)."""
+    measured = measure_trace(graph, step_trace)
+    if measured.steps.size != 1:
+        raise ModelError(f"analyse_step takes one step, got {measured.steps.size}")
+    return analyse_measured(graph, measured, ideal)
+
+
+def measure_trace(graph: OpGraph, trace: Trace) -> Measured:
+    """Costs and launch delays of the trace's ops under ``graph``."""
+    return measure(graph, align(graph, trace))
+
+
+def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> Analysis:
+    """The shared core of :func:`analyse` and :func:`analyse_step`."""
+    ideal_N = ideal.per_node(graph)
+    if np.isnan(ideal_N).any():
+        missing = sorted({OPTYPES[c] for c in graph.optype[np.isnan(ideal_N)].tolist()})
+        raise ModelError(f"no ideal cost for op type(s): {', '.join(missing)}")
+    cost = measured.cost_NSD
+    groups = _groups(graph)
+    masks = np.concatenate(
+        [np.ones((graph.size, 1), bool), np.zeros((graph.size, 1), bool), *groups.values()],
+        axis=1,
+    )
+    t_XS = _simulate_chunked(graph, cost, ideal_N, masks)
+    one_rank = OneRankReal(cost, ideal_N)
+    t_dp = simulate(graph, one_rank, one_rank.lanes())
+    replay = simulate(
+        graph,
+        NodeMasked(measured.exact_cost_NSD, ideal_N, masks[:, :1]),
+        (1, *cost.shape[1:]),
+        measured.exact_delay_NSD,
+    )[0]
+    attribution = _attribution(graph, groups, t_XS[2:], t_dp)
+    simulated, ideal_S = t_XS[0], t_XS[1]
+    worker = _worker_scores(attribution, ideal_S, graph)
+    top = _top_workers(worker)
+    fixed = _fixed(graph, cost, ideal_N, top)
+    return Analysis(
+        steps=measured.steps,
+        dp_size=graph.dp_size,
+        pp_size=graph.pp_size,
+        base_S=measured.base_S,
+        simulated_S=simulated,
+        ideal_S=ideal_S,
+        attribution_S=attribution,
+        worker_DP=worker,
+        top_workers=top,
+        m_w=_share_fixed(simulated, fixed[0], ideal_S),
+        m_s=_share_fixed(simulated, fixed[1], ideal_S),
+        replay_error=float(np.abs(replay - measured.base_S).max()),
+        ideal=ideal,
+    )
+
+
+def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
+    """(dimension, group) -> (N, 1) mask of the ops given back their real cost."""
+    names = np.array([ATTRIBUTION_GROUP[OPTYPES[c]] for c in graph.optype.tolist()])
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for name in dict.fromkeys(ATTRIBUTION_GROUP[n] for n in OPTYPES):
+        if (names == name).any():
+            out[("optype", name)] = (names == name)[:, None]
+    for stage in range(graph.pp_size):
+        out[("stage", str(stage))] = (graph.stage == stage)[:, None]
+    return out
+
+
+def _simulate_chunked(
+    graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, masks: np.ndarray
+) -> np.ndarray:
+    per_scenario = graph.size * cost.shape[1] * cost.shape[2]
+    chunk = max(1, _MAX_CELLS // max(per_scenario, 1))
+    parts = []
+    for first in range(0, masks.shape[1], chunk):
+        scen = NodeMasked(cost, ideal_N, masks[:, first : first + chunk])
+        parts.append(simulate(graph, scen, scen.lanes()))
+    return np.concatenate(parts)
+
+
+def _attribution(
+    graph: OpGraph,
+    groups: Mapping[tuple[str, str], np.ndarray],
+    t_GS: np.ndarray,
+    t_DS: np.ndarray,
+) -> dict[str, dict[str, np.ndarray]]:
+    out: dict[str, dict[str, np.ndarray]] = {d: {} for d in DIMENSIONS}
+    for (dim, name), t in zip(groups, t_GS, strict=True):
+        out[dim][name] = t
+    for rank in range(graph.dp_size):
+        out["dp_rank"][str(rank)] = t_DS[rank]
+    return out
+
+
+def _worker_scores(
+    attribution: Mapping[str, Mapping[str, np.ndarray]], ideal_S: np.ndarray, graph: OpGraph
+) -> np.ndarray:
+    """S_w = min(S_dp_rank(w), S_stage(w)) on the (dp_rank, stage) grid."""
+    ideal = ideal_S.mean()
+    dp = np.array([attribution["dp_rank"][str(d)].mean() / ideal for d in range(graph.dp_size)])
+    st = np.array([attribution["stage"][str(p)].mean() / ideal for p in range(graph.pp_size)])
+    return np.minimum(dp[:, None], st[None, :])
+
+
+def _top_workers(worker_DP: np.ndarray) -> tuple[tuple[int, int], ...]:
+    count = max(1, math.ceil(TOP_WORKER_SHARE * worker_DP.size))
+    order = np.argsort(-worker_DP, axis=None, kind="stable")[:count]
+    d, p = np.unravel_index(order, worker_DP.shape)
+    return tuple((int(i), int(j)) for i, j in zip(d, p, strict=True))
+
+
+def _fixed(
+    graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, top: tuple[tuple[int, int], ...]
+) -> np.ndarray:
+    """Step times (2, S) with real costs except: the top workers / the last stage ideal."""
+    real = np.ones((graph.size, 2, graph.dp_size), bool)
+    for d, p in top:
+        real[graph.stage == p, 0, d] = False
+    real[graph.stage == graph.pp_size - 1, 1, :] = False
+    scen = NodeMasked(cost, ideal_N, real)
+    return simulate(graph, scen, scen.lanes())
+
+
+def _share_fixed(t: np.ndarray, t_fix: np.ndarray, t_ideal: np.ndarray) -> float:
+    """(mean T - mean T_fix) / (mean T - mean T_ideal): the share of the slowdown fixed."""
+    return _ratio(t.mean() - t_fix.mean(), t.mean() - t_ideal.mean())
+
+
+def _ratio(a: float, b: float) -> float:
+    return float(a / b) if b != 0 else math.nan
+
+
+def _num(value: float) -> float | None:
+    return None if not math.isfinite(value) else float(value)
+
+
+def _nums(values: Mapping[str, float]) -> dict[str, float | None]:
+    return {k: _num(v) for k, v in values.items()}

@@ -1,0 +1,97 @@
+"""Ideal costs: what each op would cost with no straggler.
+
+Computing op types (forward/backward compute, optimizer, gc) get the mean over their
+op type: computing stragglers mostly come from uneven work, and the mean is the load
+rebalanced. Communicating types get the median of their transfer durations: a few
+very long transfers (a flapping link) would drag a mean.
+
+Offline, the statistics run over the whole trace (:func:`ideal_costs`). Online,
+:class:`RollingIdeal` keeps per-step summaries of recent steps: the mean is exact
+over the window; the median is the median of the steps' medians, which needs O(1)
+memory per step and equals the exact median when the window holds one step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from rankwatch.schemas.optypes import COMPUTING, OPTYPES
+from rankwatch.sim.durations import Measured
+from rankwatch.sim.graph import OpGraph
+
+_MEAN = np.array([name in COMPUTING for name in OPTYPES])
+
+
+@dataclass(frozen=True)
+class IdealCosts:
+    """Ideal cost per op type (NaN where the type does not occur)."""
+
+    by_optype: np.ndarray  # (len(OPTYPES),)
+
+    def per_node(self, graph: OpGraph) -> np.ndarray:
+        return self.by_optype[graph.optype]
+
+    def as_dict(self) -> dict[str, float]:
+        return {OPTYPES[i]: float(v) for i, v in enumerate(self.by_optype) if np.isfinite(v)}
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """Per op type, over one step: count and sum of costs, and their median."""
+
+    count: np.ndarray
+    total: np.ndarray
+    median: np.ndarray
+
+
+def summarise(graph: OpGraph, measured: Measured) -> StepSummary:
+    """Per-op-type statistics of ``measured`` (any number of steps, treated as one)."""
+    k = len(OPTYPES)
+    count, total, median = np.zeros(k), np.zeros(k), np.full(k, np.nan)
+    for code in np.unique(graph.optype).tolist():
+        values = measured.cost_NSD[graph.optype == code]
+        count[code] = values.size
+        total[code] = values.sum()
+        median[code] = np.median(values)
+    return StepSummary(count=count, total=total, median=median)
+
+
+def ideal_costs(graph: OpGraph, measured: Measured) -> IdealCosts:
+    """Ideal costs over all the steps of ``measured`` (the offline analysis)."""
+    s = summarise(graph, measured)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = s.total / s.count
+    return IdealCosts(by_optype=np.where(_MEAN, mean, s.median))
+
+
+@dataclass(frozen=True)
+class RollingIdeal:
+    """Ideal costs from the last ``window`` steps; ``push`` returns the updated window.
+
+    Pure: nothing is mutated, so a stream worker can keep it as per-job state.
+    """
+
+    window: int = 20
+    recent: tuple[StepSummary, ...] = field(default=())
+
+    def push(self, graph: OpGraph, measured: Measured) -> RollingIdeal:
+        recent = (*self.recent, summarise(graph, measured))[-self.window :]
+        return replace(self, recent=recent)
+
+    def __len__(self) -> int:
+        return len(self.recent)
+
+    def ideal(self) -> IdealCosts:
+        if not self.recent:
+            raise ValueError("no step in the window yet: push one first")
+        count = np.sum([s.count for s in self.recent], axis=0)
+        total = np.sum([s.total for s in self.recent], axis=0)
+        medians = np.array([s.median for s in self.recent])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / count
+        present = ~np.isnan(medians).all(axis=0)
+        median = np.full(len(OPTYPES), np.nan)
+        median[present] = np.nanmedian(medians[:, present], axis=0)
+        return IdealCosts(by_optype=np.where(_MEAN, mean, median))

@@ -1,0 +1,133 @@
+"""Checks on the dependency model and the level plan the simulator walks.
+
+The simulator processes *levels*: sets of ops whose inputs are all known once the
+previous levels are done. A communication group is one unit (its members end only
+when all have started), so all members of a group share a level. Walking levels
+instead of single ops keeps the Python loop short (the graph's depth, not its size).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from rankwatch.schemas.optypes import CODE
+from rankwatch.sim.errors import ModelError
+from rankwatch.sim.graph import Level, padded
+from rankwatch.sim.naming import list_names
+
+
+def check_connected(
+    n: int, deps: list[list[int]], groups: list[list[int]], labels: list[str]
+) -> None:
+    """Every op must be tied to every other through edges or groups."""
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(n):
+        for j in (*deps[i], *groups[i]):
+            a, b = root(i), root(j)
+            if a != b:
+                parent[a] = b
+    parts: dict[int, list[int]] = defaultdict(list)
+    for i in range(n):
+        parts[root(i)].append(i)
+    if len(parts) > 1:
+        main = max(parts.values(), key=len)
+        loose = [labels[i] for part in parts.values() if part is not main for i in part]
+        raise ModelError(
+            f"the dependency model falls apart into {len(parts)} pieces; "
+            f"not connected to the rest: {list_names(loose)}"
+        )
+
+
+def build_levels(
+    deps: list[list[int]],
+    groups: list[list[int]],
+    dp_wide: np.ndarray,
+    is_comm: np.ndarray,
+    labels: list[str],
+) -> tuple[Level, ...]:
+    """Group ops into levels (longest path from the step start); reject cycles."""
+    n = len(deps)
+    unit_of = list(range(n))
+    for i in range(n):
+        if groups[i]:
+            unit_of[i] = min(groups[i])
+    units: dict[int, list[int]] = defaultdict(list)
+    for i in range(n):
+        units[unit_of[i]].append(i)
+    needs = {u: {unit_of[d] for i in ms for d in deps[i]} for u, ms in units.items()}
+    level = _longest_path(needs, units, labels)
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for u, ms in units.items():
+        by_level[level[u]].extend(ms)
+    return tuple(
+        _level(sorted(by_level[k]), deps=deps, groups=groups, dp_wide=dp_wide, is_comm=is_comm, n=n)
+        for k in sorted(by_level)
+    )
+
+
+def _longest_path(
+    needs: dict[int, set[int]], units: dict[int, list[int]], labels: list[str]
+) -> dict[int, int]:
+    users: dict[int, list[int]] = defaultdict(list)
+    waiting = {}
+    for u, ds in needs.items():
+        if u in ds:
+            names = [labels[i] for i in units[u]]
+            raise ModelError(f"ops wait for their own group: {list_names(names)}")
+        waiting[u] = len(ds)
+        for d in ds:
+            users[d].append(u)
+    level = {u: 0 for u, c in waiting.items() if c == 0}
+    ready = list(level)
+    while ready:
+        u = ready.pop()
+        for v in users[u]:
+            level[v] = max(level.get(v, 0), level[u] + 1)
+            waiting[v] -= 1
+            if waiting[v] == 0:
+                ready.append(v)
+    stuck = [labels[i] for u, c in waiting.items() if c > 0 for i in units[u]]
+    if stuck:
+        raise ModelError(f"the dependency model has a cycle through: {list_names(stuck)}")
+    return level
+
+
+def _level(
+    nodes: list[int],
+    *,
+    deps: list[list[int]],
+    groups: list[list[int]],
+    dp_wide: np.ndarray,
+    is_comm: np.ndarray,
+    n: int,
+) -> Level:
+    arr = np.asarray(nodes, dtype=np.int64)
+    local = arr[is_comm[arr] & ~dp_wide[arr]]
+    wide = arr[is_comm[arr] & dp_wide[arr]]
+    return Level(
+        nodes=arr,
+        dep_rows=padded([np.asarray(deps[i], dtype=np.int64) for i in nodes], n),
+        compute=arr[~is_comm[arr]],
+        local=local,
+        local_members=padded([np.asarray(groups[i]) for i in local.tolist()], local),
+        dp_wide=wide,
+        dp_wide_members=padded([np.asarray(groups[i]) for i in wide.tolist()], wide),
+    )
+
+
+def final_nodes(optype: np.ndarray, deps: list[list[int]], n: int) -> np.ndarray:
+    """The optimizer ops (the step ends with the last of them), else the ops nobody waits for."""
+    opt = np.flatnonzero(optype == CODE["optimizer"])
+    if opt.size:
+        return opt
+    used = {d for ds in deps for d in ds}
+    return np.asarray([i for i in range(n) if i not in used], dtype=np.int64)
