@@ -1,0 +1,288 @@
+"""Step assembly: turn per-rank op batches into complete (job, step) traces.
+
+Pure core (numpy, no clock, no I/O): the caller passes ``now_ns`` so that the
+grace period is testable without sleeping, and the same object runs inside the
+faust agent and in the embedded pipeline.
+
+A *worker* is one (dp_rank, stage) pair; tensor/context-parallel peers move in
+lockstep, so only the tp_rank 0 / cp_rank 0 rank of each worker feeds the
+analysis (the others are counted and ignored). A worker has finished a step when
+the batch carrying the step's end arrived (``steps_done`` in the batch, or an
+``optimizer`` op for batches that do not declare it) and, when it declared how
+many ops the step has, that many records arrived. A step is *complete* when every
+expected worker finished it, *partial* when the grace period ran out first.
+
+Idempotence: a batch seen before (same rank and batch_seq) is a duplicate and is
+skipped whole; records repeated across batches collapse on (rank, optype,
+seq_id) when the step is closed. Batches for a step that was already closed are
+*late*: counted and dropped.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rankwatch.schemas.codec import OpBatch
+from rankwatch.schemas.optypes import CODE
+from rankwatch.sim.trace import Trace
+
+_OPTIMIZER = CODE["optimizer"]
+_COLUMNS = ("step", "optype", "seq_id", "mb_id", "chunk", "gmc", "start_ns", "duration_ns")
+
+Worker = tuple[int, int]
+"""(dp_rank, stage)"""
+
+
+@dataclass(frozen=True)
+class AssemblyConfig:
+    grace_s: float = 30.0
+    """How long after a step's first batch it is closed as partial if incomplete."""
+    max_open_steps: int = 64
+    """Per job; beyond it the oldest open step is closed as partial (bounded memory)."""
+    closed_memory: int = 4096
+    """How many closed step ids per job are remembered to recognise late batches."""
+
+
+@dataclass
+class AssemblyCounters:
+    batches_in: int = 0
+    records_in: int = 0
+    duplicate_batches: int = 0
+    duplicate_records: int = 0
+    late_batches: int = 0
+    late_records: int = 0
+    peer_records: int = 0
+    """Records of tp/cp peers (not tp0/cp0), not needed for the analysis."""
+    steps_complete: int = 0
+    steps_partial: int = 0
+
+
+@dataclass(frozen=True)
+class AssembledStep:
+    job: str
+    step: int
+    start_ns: int
+    """Earliest op start of the step: the origin of ``trace.start_ts``."""
+    trace: Trace
+    partial: bool
+    missing_workers: tuple[Worker, ...]
+    layout: tuple[int, int]
+    """(dp_size, pp_size) the step was expected to have."""
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.trace)
+
+    @property
+    def t_base(self) -> float:
+        """Recorded step time: last optimizer end (any op's end if none) after step start."""
+        trace = self.trace
+        ends = trace.start_ts + trace.duration
+        opt = trace.optype == _OPTIMIZER
+        return float(ends[opt].max() if opt.any() else ends.max())
+
+
+@dataclass
+class _OpenStep:
+    first_seen_ns: int
+    chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
+    received: dict[Worker, int] = field(default_factory=dict)
+    declared: dict[Worker, int] = field(default_factory=dict)
+    ended: set[Worker] = field(default_factory=set)
+
+    def done_workers(self) -> set[Worker]:
+        return {
+            w for w in self.ended if self.received.get(w, 0) >= self.declared.get(w, 0)
+        }
+
+
+@dataclass
+class _Job:
+    layout: tuple[int, int]
+    open: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
+    closed: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    seen_batches: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
+
+    @property
+    def expected(self) -> set[Worker]:
+        dp, pp = self.layout
+        return {(d, p) for d in range(dp) for p in range(pp)}
+
+
+class StepAssembler:
+    """Collects op batches of many jobs and hands out closed steps."""
+
+    def __init__(self, config: AssemblyConfig | None = None) -> None:
+        self.config = config or AssemblyConfig()
+        self.counters = AssemblyCounters()
+        self._jobs: dict[str, _Job] = {}
+
+    def add(self, batch: OpBatch, now_ns: int) -> list[AssembledStep]:
+        """Take one batch; return the steps it completed (usually none or one)."""
+        self.counters.batches_in += 1
+        self.counters.records_in += batch.size
+        job = self._job(batch)
+        if self._is_duplicate(job, batch):
+            self.counters.duplicate_batches += 1
+            self.counters.duplicate_records += batch.size
+            return []
+        if batch.tp_rank != 0 or batch.cp_rank != 0:
+            self.counters.peer_records += batch.size
+            return []
+        worker = (batch.dp_rank, batch.pp_rank)
+        touched = self._file_records(job, batch, worker, now_ns)
+        self._file_step_ends(job, batch, worker, now_ns, touched)
+        done = [s for s in sorted(touched) if job.expected <= job.open[s].done_workers()]
+        closed = [self._close(batch.job, job, s, partial=False) for s in done]
+        closed += self._evict_overflow(batch.job, job)
+        return closed
+
+    def expire(self, now_ns: int) -> list[AssembledStep]:
+        """Close, as partial, every step whose grace period has run out."""
+        grace_ns = int(self.config.grace_s * 1e9)
+        out = []
+        for name, job in self._jobs.items():
+            stale = [s for s, o in job.open.items() if now_ns - o.first_seen_ns >= grace_ns]
+            out += [self._close(name, job, s, partial=True) for s in stale]
+        return out
+
+    def flush(self) -> list[AssembledStep]:
+        """Close every open step now (end of a replay, shutdown)."""
+        out = []
+        for name, job in self._jobs.items():
+            out += [self._close(name, job, s, partial=True) for s in list(job.open)]
+        return out
+
+    def open_steps(self) -> Iterator[tuple[str, int]]:
+        for name, job in self._jobs.items():
+            for step in job.open:
+                yield name, step
+
+    # -- internals ---------------------------------------------------------------
+
+    def _job(self, batch: OpBatch) -> _Job:
+        job = self._jobs.get(batch.job)
+        if job is None:
+            job = self._jobs[batch.job] = _Job(layout=(batch.dp_size, batch.pp_size))
+        return job
+
+    def _is_duplicate(self, job: _Job, batch: OpBatch) -> bool:
+        key = (batch.rank, batch.batch_seq)
+        if key in job.seen_batches:
+            return True
+        job.seen_batches[key] = None
+        while len(job.seen_batches) > 16 * self.config.closed_memory:
+            job.seen_batches.popitem(last=False)
+        return False
+
+    def _file_records(
+        self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int
+    ) -> set[int]:
+        order, uniq, bounds = _group_by_step(batch.step)
+        touched: set[int] = set()
+        for step, lo, hi in zip(uniq.tolist(), bounds[:-1], bounds[1:], strict=True):
+            if step in job.closed:
+                self.counters.late_batches += 1
+                self.counters.late_records += hi - lo
+                continue
+            open_step = self._open(job, step, now_ns)
+            rows = order[lo:hi]
+            chunk = {c: getattr(batch, c)[rows] for c in _COLUMNS}
+            chunk["dp_rank"] = np.full(hi - lo, worker[0], dtype=np.int64)
+            chunk["stage"] = np.full(hi - lo, worker[1], dtype=np.int64)
+            chunk["rank"] = np.full(hi - lo, batch.rank, dtype=np.int64)
+            open_step.chunks.append(chunk)
+            open_step.received[worker] = open_step.received.get(worker, 0) + (hi - lo)
+            if bool((chunk["optype"] == _OPTIMIZER).any()) and not batch.declares_step_ends:
+                open_step.ended.add(worker)
+            touched.add(step)
+        return touched
+
+    def _file_step_ends(
+        self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int, touched: set[int]
+    ) -> None:
+        for step, n_ops in batch.steps_done:
+            if step in job.closed:
+                continue
+            open_step = self._open(job, step, now_ns)
+            open_step.ended.add(worker)
+            open_step.declared[worker] = n_ops
+            touched.add(step)
+
+    def _open(self, job: _Job, step: int, now_ns: int) -> _OpenStep:
+        open_step = job.open.get(step)
+        if open_step is None:
+            open_step = job.open[step] = _OpenStep(first_seen_ns=now_ns)
+        return open_step
+
+    def _evict_overflow(self, name: str, job: _Job) -> list[AssembledStep]:
+        out = []
+        while len(job.open) > self.config.max_open_steps:
+            oldest = min(job.open)
+            out.append(self._close(name, job, oldest, partial=True))
+        return out
+
+    def _close(self, name: str, job: _Job, step: int, partial: bool) -> AssembledStep:
+        open_step = job.open.pop(step)
+        job.closed[step] = None
+        while len(job.closed) > self.config.closed_memory:
+            job.closed.popitem(last=False)
+        missing = tuple(sorted(job.expected - open_step.done_workers())) if partial else ()
+        partial = bool(missing)
+        if partial:
+            self.counters.steps_partial += 1
+        else:
+            self.counters.steps_complete += 1
+        columns, dups = _merge(open_step.chunks)
+        self.counters.duplicate_records += dups
+        return _assembled(name, step, columns, partial, missing, job.layout)
+
+
+def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row order grouping ``steps``, the distinct steps, and their group bounds."""
+    order = np.argsort(steps, kind="stable")
+    ordered = steps[order]
+    cut = np.flatnonzero(np.diff(ordered)) + 1
+    bounds = np.concatenate(([0], cut, [ordered.size]))
+    return order, ordered[bounds[:-1]], bounds
+
+
+def _merge(chunks: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
+    """Concatenate chunks and drop repeated (rank, optype, seq_id) records."""
+    columns = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
+    key = np.stack([columns["rank"], columns["optype"], columns["seq_id"]], axis=1)
+    _, first = np.unique(key, axis=0, return_index=True)
+    dups = columns["rank"].size - first.size
+    if dups:
+        first.sort()
+        columns = {c: v[first] for c, v in columns.items()}
+    return columns, int(dups)
+
+
+def _assembled(
+    job: str,
+    step: int,
+    columns: dict[str, np.ndarray],
+    partial: bool,
+    missing: tuple[Worker, ...],
+    layout: tuple[int, int],
+) -> AssembledStep:
+    start_ns = int(columns["start_ns"].min())
+    trace = Trace(
+        dp_rank=columns["dp_rank"],
+        stage=columns["stage"],
+        rank=columns["rank"],
+        step=columns["step"].astype(np.int64),
+        optype=columns["optype"].astype(np.int8),
+        seq_id=columns["seq_id"].astype(np.int64),
+        mc=columns["chunk"].astype(np.int64),
+        gmc=columns["gmc"].astype(np.int64),
+        mb_id=columns["mb_id"].astype(np.int64),
+        start_ts=(columns["start_ns"] - start_ns) / 1e9,
+        duration=columns["duration_ns"] / 1e9,
+    )
+    return AssembledStep(job, step, start_ns, trace, partial, missing, layout)

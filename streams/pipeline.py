@@ -1,0 +1,167 @@
+"""The ops pipeline: bytes from the wire in, table rows out.
+
+decode -> assemble -> (analyse) -> rows. No I/O and no clock: the faust agent and
+the embedded runner call it with the message bytes, where they came from, and the
+current time, then store what it returns. A message that fails to decode becomes a
+dead-letter row with the reason; nothing raises out of :meth:`Pipeline.on_message`
+for bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from rankwatch.schemas.codec import InvalidMessage, decode_ops
+from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
+
+DEAD_LETTER_PAYLOAD_BYTES = 4096
+"""How much of a rejected message the dead-letter row keeps (enough to debug)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a message came from, for dead letters (offset -1 when not from Kafka)."""
+
+    topic: str
+    partition: int = -1
+    offset: int = -1
+    key: bytes | None = None
+
+
+@dataclass(frozen=True)
+class StepAnalysis:
+    """What the what-if engine adds to a step row (None when not analysed)."""
+
+    t_sim: float
+    t_ideal: float
+    slowdown: float
+    attributions: tuple[tuple[str, str, float], ...] = ()
+    """(dimension, group, S_g) rows: dimension in optype | dp_rank | stage | worker."""
+
+
+class StepAnalyser(Protocol):
+    """The seam for the what-if engine: one closed step in, its analysis out."""
+
+    def analyse(self, step: AssembledStep) -> StepAnalysis | None: ...
+
+
+@dataclass
+class Output:
+    """Rows per ClickHouse table produced by one call."""
+
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    steps: list[AssembledStep] = field(default_factory=list)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+    def extend(self, other: Output) -> None:
+        for table, rows in other.rows.items():
+            self.rows.setdefault(table, []).extend(rows)
+        self.steps.extend(other.steps)
+
+    def __bool__(self) -> bool:
+        return any(self.rows.values())
+
+
+@dataclass
+class Pipeline:
+    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    analyser: StepAnalyser | None = None
+    dead_letters: int = 0
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.assembler = StepAssembler(self.assembly)
+
+    def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
+        """One op-batch message; bad input becomes a dead-letter row, never an exception."""
+        try:
+            batch = decode_ops(data)
+        except InvalidMessage as exc:
+            return self._dead_letter(data, source, now_ns, exc.reason, exc.detail)
+        try:
+            closed = self.assembler.add(batch, now_ns)
+        except (ValueError, TypeError) as exc:  # values the schema cannot express
+            return self._dead_letter(data, source, now_ns, "bad-value", str(exc))
+        return self._rows_for(closed, now_ns)
+
+    def on_tick(self, now_ns: int) -> Output:
+        """Close steps whose grace period ran out (call every second or so)."""
+        return self._rows_for(self.assembler.expire(now_ns), now_ns)
+
+    def flush(self, now_ns: int) -> Output:
+        """Close every open step (end of replay or shutdown)."""
+        return self._rows_for(self.assembler.flush(), now_ns)
+
+    def _rows_for(self, closed: list[AssembledStep], now_ns: int) -> Output:
+        out = Output()
+        for step in closed:
+            analysis = self.analyser.analyse(step) if self.analyser else None
+            out.add("steps", step_row(step, analysis, now_ns))
+            for dimension, group, value in analysis.attributions if analysis else ():
+                out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
+            out.steps.append(step)
+        return out
+
+    def _dead_letter(
+        self, data: bytes, source: Source, now_ns: int, reason: str, detail: str
+    ) -> Output:
+        self.dead_letters += 1
+        self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
+        out = Output()
+        out.add(
+            "dead_letters",
+            {
+                "time": _utc(now_ns),
+                "topic": source.topic,
+                "partition": source.partition,
+                "offset": source.offset,
+                "key": (source.key or b"").decode("utf-8", "replace"),
+                "reason": reason,
+                "detail": detail[:1000],
+                "payload": data[:DEAD_LETTER_PAYLOAD_BYTES].decode("utf-8", "replace"),
+            },
+        )
+        return out
+
+
+def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) -> dict[str, Any]:
+    t_sim = analysis.t_sim if analysis else None
+    t_ideal = analysis.t_ideal if analysis else None
+    slowdown = analysis.slowdown if analysis else None
+    return {
+        "job": step.job,
+        "step": step.step,
+        "time": _utc(step.start_ns),
+        "t_base": step.t_base,
+        "t_sim": t_sim,
+        "t_ideal": t_ideal,
+        "slowdown": slowdown,
+        "waste": None if slowdown is None else 1.0 - 1.0 / slowdown,
+        "partial": int(step.partial),
+        "missing_workers": [f"{d},{p}" for d, p in step.missing_workers],
+        "n_ops": step.n_ops,
+        "analysed_at": _utc(now_ns),
+        "version": now_ns,
+    }
+
+
+def attribution_row(
+    step: AssembledStep, dimension: str, group: str, value: float, now_ns: int
+) -> dict[str, Any]:
+    return {
+        "job": step.job,
+        "step": step.step,
+        "time": _utc(step.start_ns),
+        "dimension": dimension,
+        "group": group,
+        "slowdown": value,
+        "version": now_ns,
+    }
+
+
+def _utc(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)

@@ -1,0 +1,90 @@
+"""Replay an op trace as the hooks would have sent it: one batch per rank and step.
+
+A hook flushes its buffer when the step ends on its rank, so a replayed batch holds
+one rank's ops of one step and is "sent" at that rank's last op end. Batches come
+out in send-time order, the order a broker would see them. Pure: the shells
+(``rankwatch replay``, the embedded demo) encode and ship what this yields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.sim.trace import JobMeta, Trace
+
+STEP_GAP_S = 0.05
+"""Pause between replayed steps (traces are a sample of steps, not a timeline)."""
+
+RANKS_PER_HOST = 8
+
+
+@dataclass(frozen=True)
+class ReplayedBatch:
+    batch: OpBatch
+    sent_ns: int
+
+
+def replay_batches(
+    trace: Trace, meta: JobMeta, job: str, origin_ns: int
+) -> Iterator[ReplayedBatch]:
+    """Per-(rank, step) batches of ``trace`` laid on a timeline starting at ``origin_ns``.
+
+    Steps are placed one after another (their recorded length plus a small gap), in
+    step order; inside a step the recorded start times are kept.
+    """
+    steps = np.unique(trace.step)
+    ends = trace.start_ts + trace.duration
+    step_offset_ns: dict[int, int] = {}
+    cursor = float(origin_ns)
+    for step in steps.tolist():
+        step_offset_ns[step] = int(cursor)
+        cursor += (float(ends[trace.step == step].max()) + STEP_GAP_S) * 1e9
+    start_ns = trace.start_ts * 1e9 + np.array([step_offset_ns[s] for s in trace.step.tolist()])
+    start_ns = np.round(start_ns).astype(np.int64)
+    duration_ns = np.round(trace.duration * 1e9).astype(np.int64)
+    order = np.lexsort((start_ns, trace.rank, trace.step))
+    batches = list(_cut(trace, meta, job, order, start_ns, duration_ns))
+    batches.sort(key=lambda b: (b.sent_ns, b.batch.rank))
+    yield from batches
+
+
+def _cut(
+    trace: Trace,
+    meta: JobMeta,
+    job: str,
+    order: np.ndarray,
+    start_ns: np.ndarray,
+    duration_ns: np.ndarray,
+) -> Iterator[ReplayedBatch]:
+    key = trace.step[order] * (1 << 24) + trace.rank[order]
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1, [key.size]))
+    seq_by_rank: dict[int, int] = {}
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        rows = order[lo:hi]
+        rank = int(trace.rank[rows[0]])
+        sent_ns = int((start_ns[rows] + duration_ns[rows]).max())
+        seq_by_rank[rank] = seq_by_rank.get(rank, -1) + 1
+        batch = OpBatch(
+            job=job,
+            host=f"host-{rank // RANKS_PER_HOST}",
+            rank=rank,
+            dp_rank=int(trace.dp_rank[rows[0]]),
+            pp_rank=int(trace.stage[rows[0]]),
+            tp_rank=0,
+            cp_rank=0,
+            batch_seq=seq_by_rank[rank],
+            sent_ns=sent_ns,
+            step=trace.step[rows],
+            optype=trace.optype[rows],
+            seq_id=trace.seq_id[rows],
+            mb_id=trace.mb_id[rows],
+            chunk=trace.mc[rows],
+            gmc=trace.gmc[rows],
+            start_ns=start_ns[rows],
+            duration_ns=duration_ns[rows],
+        )
+        yield ReplayedBatch(batch, sent_ns)
