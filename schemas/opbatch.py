@@ -1,0 +1,70 @@
+"""``OpBatch``: one rank's op records as numpy columns, the typed form of an ops message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from rankwatch.schemas.optypes import OPTYPES
+
+HEADER_FIELDS: tuple[str, ...] = (
+    "job",
+    "host",
+    "rank",
+    "dp_rank",
+    "pp_rank",
+    "tp_rank",
+    "cp_rank",
+    "batch_seq",
+    "sent_ns",
+)
+"""Scalar fields of the message (a unit test checks them against the schema)."""
+
+
+@dataclass(frozen=True, eq=False)
+class OpBatch:
+    """Header fields, then equal-length columns; ``optype`` holds int8 codes into OPTYPES.
+
+    Times are ns on the aligned wall clock. ``mb_id``, ``chunk`` and ``gmc`` are -1 for
+    ops that are not compute ops. The optional columns are None when not sent.
+    Build one with the codec (``decode_ops``) or directly; ``encode_ops`` checks it.
+    """
+
+    job: str
+    host: str
+    rank: int
+    dp_rank: int
+    pp_rank: int
+    tp_rank: int
+    cp_rank: int
+    batch_seq: int
+    sent_ns: int
+    step: np.ndarray  # int64
+    optype: np.ndarray  # int8 codes into OPTYPES
+    seq_id: np.ndarray  # int64
+    mb_id: np.ndarray  # int64
+    chunk: np.ndarray  # int64
+    gmc: np.ndarray  # int64
+    start_ns: np.ndarray  # int64
+    duration_ns: np.ndarray  # int64
+    bytes: np.ndarray | None = field(default=None)  # int64
+    flops: np.ndarray | None = field(default=None)  # float64
+    stream: np.ndarray | None = field(default=None)  # object (str)
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+    @property
+    def optype_names(self) -> np.ndarray:
+        """Op types as strings."""
+        return np.asarray(OPTYPES, dtype=object)[self.optype]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The columns that are present, by name (header fields left out)."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in HEADER_FIELDS and value is not None:
+                out[f.name] = value
+        return out

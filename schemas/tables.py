@@ -1,0 +1,73 @@
+"""How each message kind maps onto its ClickHouse table, stated once.
+
+A table that stores a message holds the message's fields, less the ones named in
+``omitted``, with ``renames`` applied (``*_ns`` times become DateTime64 ``time``
+columns), plus ``bookkeeping`` columns the writer adds. Unit tests check every
+contract against both the schema file and the DDL, so neither can drift alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankwatch.schemas import columns as cols
+from rankwatch.schemas.registry import latest_version, schema
+
+
+@dataclass(frozen=True)
+class TableContract:
+    table: str
+    kind: str
+    renames: Mapping[str, str] = field(default_factory=dict)
+    omitted: frozenset[str] = frozenset({"schema", "version"})
+    bookkeeping: frozenset[str] = frozenset()
+
+    def message_fields(self) -> tuple[str, ...]:
+        """Fields of the message as stored: top-level ones; for ops, the columns too."""
+        props = schema(self.kind, latest_version(self.kind))["properties"]
+        names = [name for name in props if name not in cols.GROUPS or self.kind != "ops"]
+        if self.kind == "ops":
+            names += [name for group in cols.GROUPS for name in props[group]["properties"]]
+        return tuple(names)
+
+    def stored_columns(self) -> tuple[str, ...]:
+        """The table columns the message fills (bookkeeping left out)."""
+        return tuple(
+            self.renames.get(name, name)
+            for name in self.message_fields()
+            if name not in self.omitted
+        )
+
+    def row(self, message: Mapping[str, Any], **bookkeeping: Any) -> dict[str, Any]:
+        """A decoded message (plus bookkeeping values) as a row for :meth:`Store.insert`."""
+        unknown = set(bookkeeping) - self.bookkeeping
+        if unknown:
+            raise ValueError(f"{self.table}: {sorted(unknown)} are not bookkeeping columns")
+        out = {
+            self.renames.get(name, name): message[name]
+            for name in self.message_fields()
+            if name not in self.omitted and name in message
+        }
+        return {**out, **bookkeeping}
+
+
+CONTRACTS: dict[str, TableContract] = {
+    "ops": TableContract(
+        table="ops",
+        kind="ops",
+        renames={"start_ns": "time"},
+        omitted=frozenset({"schema", "version", "batch_seq", "sent_ns"}),
+        bookkeeping=frozenset({"inserted_at"}),
+    ),
+    "steps": TableContract(
+        table="steps",
+        kind="steps",
+        renames={"start_ns": "time"},
+        omitted=frozenset({"schema", "version", "top_attribution"}),  # -> step_attribution
+        bookkeeping=frozenset({"analysed_at", "version"}),
+    ),
+    "alerts": TableContract(table="alerts", kind="alerts", renames={"ts_ns": "time"}),
+}
+"""Table name -> its contract, for the tables that store a message kind as it is."""

@@ -1,0 +1,388 @@
+"""ClickHouse access for every part of rankwatch, through clickhouse-connect.
+
+One DSN picks the engine, nothing else changes:
+
+- ``chdb://<dir>`` — chDB, ClickHouse embedded in this process (clickhouse-connect's
+  ``chdb`` interface), data under ``<dir>``; ``chdb://memory`` keeps it in memory.
+  **One process owns a chDB data path.** chDB itself allows one path per process;
+  across processes the store takes an exclusive lock on ``<dir>/rankwatch.lock`` and
+  fails with :class:`StoreError` naming the path and the holder when it is taken. Stores
+  of one process may share a path (they share the engine).
+- ``http(s)://user:password@host:port[/database]`` — a ClickHouse server.
+
+Column lists come from the tables themselves (``DESCRIBE``, cached), never restated
+here: an insert naming an unknown column, or leaving out one that has neither a
+default nor NULL, fails before it reaches the engine. Integers given for DateTime64
+columns are nanoseconds since the Unix epoch (what every message carries); datetimes
+must be timezone-aware. Results come back with timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+import orjson
+
+from rankwatch.schemas import ddl
+from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
+from rankwatch.schemas.optypes import OPTYPES
+from rankwatch.schemas.tables import CONTRACTS
+
+DEFAULT_DATABASE = "rankwatch"
+LOCK_FILE = "rankwatch.lock"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DATETIME64 = re.compile(r"DateTime64\((\d)")
+_MEMORY = ("", "memory", ":memory:")
+
+
+class StoreError(RuntimeError):
+    """ClickHouse unreachable, a chDB path held by another process, a failed statement
+    or an insert that does not fit its table. Workers retry with backoff on it."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column as ``DESCRIBE`` reports it."""
+
+    name: str
+    type: str
+    default_kind: str  # "", "DEFAULT", "MATERIALIZED", "ALIAS", "EPHEMERAL"
+
+    @property
+    def insertable(self) -> bool:
+        return self.default_kind not in ("MATERIALIZED", "ALIAS")
+
+    @property
+    def optional(self) -> bool:
+        """May be left out of an insert: it has a default or is Nullable."""
+        return bool(self.default_kind) or self.type.removeprefix("LowCardinality(").startswith(
+            "Nullable("
+        )
+
+    @property
+    def ns_divisor(self) -> int | None:
+        """For a DateTime64(p) column: ns per tick; None for any other type."""
+        match = _DATETIME64.search(self.type)
+        return 10 ** (9 - int(match[1])) if match else None
+
+
+class Store:
+    """A connection to one rankwatch database. Use as a context manager or ``close()``."""
+
+    def __init__(self, client: Any, database: str, lock: _PathLock | None, where: str) -> None:
+        self._client = client
+        self._lock = lock
+        self._columns: dict[str, tuple[Column, ...]] = {}
+        self.database = database
+        self.where = where  # the DSN without its password, for messages
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @classmethod
+    def connect(cls, dsn: str, database: str | None = None) -> Store:
+        """Open ``dsn`` (see the module doc). The database is ``database``, else the one
+        in an HTTP DSN's path, else ``rankwatch``; it is created by :meth:`migrate`."""
+        scheme = urlsplit(dsn).scheme
+        if scheme == "chdb":
+            return cls._connect_chdb(dsn[len("chdb://") :], database)
+        if scheme in ("http", "https"):
+            return cls._connect_http(dsn, database)
+        raise StoreError(
+            f"ClickHouse DSN {dsn!r}: use chdb://<dir> or http(s)://user:pw@host:port/db"
+        )
+
+    @classmethod
+    def _connect_chdb(cls, location: str, database: str | None) -> Store:
+        import clickhouse_connect
+
+        database = _identifier(database or DEFAULT_DATABASE)
+        location = location.partition("?")[0]
+        path = None if location in _MEMORY else str(Path(location).resolve())
+        lock = _PathLock.acquire(Path(path)) if path else None
+        try:
+            client = clickhouse_connect.get_client(
+                interface="chdb", path=path, tz_mode="aware", settings={}
+            )
+        except Exception as exc:
+            if lock:
+                lock.release()
+            why = _why(exc)
+            if "already initialized with path" in why:
+                why = f"this process already has chDB open at another path ({why})"
+            raise StoreError(f"cannot open chDB at {path or ':memory:'}: {why}") from exc
+        return cls(client, database, lock, f"chdb://{path or 'memory'}")
+
+    @classmethod
+    def _connect_http(cls, dsn: str, database: str | None) -> Store:
+        import clickhouse_connect
+
+        parts = urlsplit(dsn)
+        where = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        database = _identifier(database or parts.path.strip("/") or DEFAULT_DATABASE)
+        try:
+            client = clickhouse_connect.get_client(dsn=dsn, database="default", tz_mode="aware")
+        except Exception as exc:
+            raise StoreError(f"cannot reach ClickHouse at {where}: {_why(exc)}") from exc
+        return cls(client, database, None, where)
+
+    def close(self) -> None:
+        """Close the connection and release a chDB path lock (idempotent)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- schema -------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Create the database and apply every migration not yet applied, in order.
+
+        Returns the names applied now (empty when up to date). Refuses to go on when an
+        applied migration's file has changed since.
+        """
+        self._run(f"CREATE DATABASE IF NOT EXISTS {self.database}", use_database=False)
+        self._run(ddl.BOOKKEEPING_DDL)
+        rows = self.query(f"SELECT name, checksum FROM {ddl.BOOKKEEPING_TABLE}")
+        applied = {row["name"]: row["checksum"] for row in rows}
+        done = []
+        for migration in ddl.migrations():
+            if migration.name in applied:
+                if applied[migration.name] != migration.checksum:
+                    raise StoreError(
+                        f"migration {migration.name} changed after it was applied to"
+                        f" {self.where}/{self.database}; add a new migration instead"
+                    )
+                continue
+            for statement in migration.statements:
+                self._run(statement)
+            self.insert(
+                ddl.BOOKKEEPING_TABLE, [{"name": migration.name, "checksum": migration.checksum}]
+            )
+            done.append(migration.name)
+        self._columns.clear()
+        return done
+
+    def columns(self, table: str) -> tuple[Column, ...]:
+        """The columns of ``table`` (``DESCRIBE``, cached for the life of the store)."""
+        if table not in self._columns:
+            rows = self.query(f"DESCRIBE TABLE {_identifier(table)}")
+            if not rows:
+                raise StoreError(f"table {table!r} has no columns in {self.database}")
+            self._columns[table] = tuple(
+                Column(row["name"], row["type"], row["default_type"]) for row in rows
+            )
+        return self._columns[table]
+
+    # -- data ---------------------------------------------------------------------------
+
+    def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert rows (mappings with the same keys) in one batch."""
+        if not rows:
+            return
+        names = list(rows[0])
+        if any(row.keys() != rows[0].keys() for row in rows):
+            raise StoreError(f"insert into {table}: rows must all have the same columns")
+        self.insert_columns(table, {name: [row[name] for row in rows] for name in names})
+
+    def insert_columns(self, table: str, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> None:
+        """Insert equal-length columns (lists or numpy arrays) in one batch."""
+        known = {c.name: c for c in self.columns(table)}
+        unknown = [name for name in columns if name not in known or not known[name].insertable]
+        missing = [c.name for c in known.values() if c.insertable and not c.optional]
+        missing = [name for name in missing if name not in columns]
+        if unknown or missing:
+            raise StoreError(
+                f"insert into {table}: unknown columns {unknown}, missing columns {missing}"
+            )
+        lengths = {len(values) for values in columns.values()}
+        if len(lengths) > 1:
+            raise StoreError(f"insert into {table}: columns differ in length {sorted(lengths)}")
+        data = [_to_engine(known[name], values) for name, values in columns.items()]
+        try:
+            self._client.insert(
+                _identifier(table),
+                data,
+                column_names=list(columns),
+                column_oriented=True,
+                database=self.database,
+            )
+        except Exception as exc:
+            raise StoreError(f"insert into {table} at {self.where}: {_why(exc)}") from exc
+
+    def insert_ops(self, batches: Sequence[OpBatch]) -> None:
+        """Op batches into the ``ops`` table, in one insert (header fields repeated)."""
+        if batches:
+            self.insert_columns("ops", ops_columns(batches))
+
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Rows as dicts. Bind values with ``{name:Type}`` placeholders and ``parameters``."""
+        if self._client is None:
+            raise StoreError("the store is closed")
+        try:
+            self._use_database()
+            result = self._client.query(sql, parameters=dict(parameters or {}))
+            return list(result.named_results())
+        except Exception as exc:
+            raise StoreError(f"query at {self.where}: {_why(exc)}") from exc
+
+    def _run(self, statement: str, use_database: bool = True) -> None:
+        if self._client is None:
+            raise StoreError("the store is closed")
+        try:
+            if use_database:
+                self._use_database()
+            self._client.command(statement)
+        except Exception as exc:
+            raise StoreError(f"{statement.splitlines()[0]} at {self.where}: {_why(exc)}") from exc
+
+    def _use_database(self) -> None:
+        if self._client.database != self.database:
+            self._client.database = self.database
+
+
+def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]:
+    """The ``ops`` table columns of some batches, named as the ops contract says: header
+    fields repeated per record, op types as names, absent extras NULL."""
+    contract = CONTRACTS["ops"]
+    sizes = [len(b) for b in batches]
+    out: dict[str, np.ndarray | list[Any]] = {}
+    for name in HEADER_FIELDS:
+        if name not in contract.omitted:
+            values = [getattr(b, name) for b in batches]
+            out[name] = np.repeat(np.asarray(values, dtype=_dtype_of(values[0])), sizes)
+    present = dict.fromkeys(name for b in batches for name in b.columns())
+    for name in present:
+        parts = [_column_or_none(b, name) for b in batches]
+        out[contract.renames.get(name, name)] = _concat(parts)
+    out["optype"] = np.asarray(OPTYPES, dtype=object)[out["optype"]]
+    return out
+
+
+def _dtype_of(value: Any) -> type:
+    return object if isinstance(value, str) else np.int64
+
+
+def _column_or_none(batch: OpBatch, name: str) -> np.ndarray | list[None]:
+    value = getattr(batch, name)
+    return [None] * len(batch) if value is None else value
+
+
+def _concat(parts: list[np.ndarray | list[None]]) -> np.ndarray | list[Any]:
+    if all(isinstance(p, np.ndarray) and p.dtype != object for p in parts):
+        return np.concatenate(parts)  # type: ignore[arg-type]
+    return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
+
+
+def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[Any]:
+    """Values in the form clickhouse-connect writes for ``column``'s type."""
+    divisor = column.ns_divisor
+    if divisor is not None:
+        return _ticks(column, values, divisor)
+    if isinstance(values, np.ndarray):
+        return values.tolist() if values.dtype == object else values
+    if _base_type(column.type) == "String":
+        return [orjson.dumps(v).decode() if isinstance(v, dict | list) else v for v in values]
+    return values
+
+
+def _base_type(type_: str) -> str:
+    """``LowCardinality(Nullable(String))`` -> ``String``."""
+    for wrapper in ("LowCardinality(", "Nullable("):
+        if type_.startswith(wrapper):
+            type_ = type_[len(wrapper) : -1]
+    return type_
+
+
+def _ticks(column: Column, values: Sequence[Any] | np.ndarray, divisor: int) -> list[Any]:
+    """DateTime64 values: ints are ns since the epoch; datetimes must be aware."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        return (values.astype(np.int64) // divisor).tolist()
+    out: list[Any] = []
+    for v in values:
+        if v is None or isinstance(v, dt.datetime):
+            if isinstance(v, dt.datetime) and v.tzinfo is None:
+                raise StoreError(f"column {column.name}: naive datetime {v}; give it a timezone")
+            out.append(v)
+        elif isinstance(v, int | np.integer) and not isinstance(v, bool):
+            out.append(int(v) // divisor)
+        else:
+            raise StoreError(f"column {column.name}: {v!r} is neither ns since epoch nor datetime")
+    return out
+
+
+def _identifier(name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise StoreError(f"{name!r} is not a plain ClickHouse identifier")
+    return name
+
+
+def _why(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:500] or type(exc).__name__
+
+
+class _PathLock:
+    """An exclusive lock on a chDB data path, shared by the stores of this process."""
+
+    _held: dict[Path, _PathLock] = {}  # noqa: RUF012 - process-wide registry
+    _guard = threading.Lock()
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.users = 1
+
+    @classmethod
+    def acquire(cls, path: Path) -> _PathLock:
+        with cls._guard:
+            held = cls._held.get(path)
+            if held is not None:
+                held.users += 1
+                return held
+            path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise StoreError(
+                    f"chDB data path {path} is in use by another process (pid {holder});"
+                    " one process owns a chDB path: stop it, or use another path, or a"
+                    " ClickHouse server (http://...) to share data"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            cls._held[path] = lock = cls(path, fd)
+            return lock
+
+    def release(self) -> None:
+        with self._guard:
+            self.users -= 1
+            if self.users == 0:
+                self._held.pop(self.path, None)
+                os.close(self.fd)  # closing drops the flock
