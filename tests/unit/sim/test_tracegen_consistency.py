@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.sim.trace import JobMeta, Trace
@@ -286,3 +288,34 @@ def test_reader_reproduces_published_no_delay_step_times_of_st() -> None:
     base = resimulate(trace, meta, with_delays=True)
     # float32 times and clamped transfers of the real trace leave tens of microseconds
     assert base == pytest.approx(recorded_step_times(trace), rel=1e-4)
+
+
+@st.composite
+def _configs(draw: st.DrawFn) -> GenConfig:
+    schedule = draw(st.sampled_from(["1f1b", "gpipe", "interleaved"]))
+    pp = draw(st.integers(1, 4))
+    vpp = draw(st.integers(1, 3)) if schedule == "interleaved" else 1
+    m = pp * draw(st.integers(1, 3)) if vpp > 1 else draw(st.integers(1, 6))
+    return GenConfig(
+        dp=draw(st.integers(1, 3)),
+        pp=pp,
+        vpp=vpp,
+        microbatches=m,
+        schedule=schedule,
+        steps=draw(st.integers(1, 2)),
+        overlap_grad_comm=draw(st.booleans()),
+        noise=draw(st.sampled_from([0.0, 0.05, 0.3])),
+        launch_delay_s=draw(st.sampled_from([0.0, 0.001])),
+        p2p_s=draw(st.sampled_from([0.0, 0.0005, 0.01])),
+        seed=draw(st.integers(0, 1000)),
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(_configs())
+def test_any_config_reads_back_exactly(cfg: GenConfig) -> None:
+    trace, meta = generate_trace(cfg)
+    recorded = recorded_step_times(trace)
+    assert resimulate(trace, meta, with_delays=True) == pytest.approx(recorded, abs=1e-9)
+    if cfg.launch_delay_s == 0.0:
+        assert np.abs(_launch_delays(trace, meta)).max() < 1e-12

@@ -111,3 +111,14 @@ def test_demo_job_has_a_straggler_worker_and_a_heavier_last_stage() -> None:
     assert mean_compute(last) / mean_compute(first) == pytest.approx(1.15, rel=0.02)
     assert _same(trace, generate_trace(demo_config())[0])
     assert not _same(trace, generate_trace(demo_config(seed=1))[0])
+
+
+def test_a_1024_gpu_job_generates_whole() -> None:
+    # DP 64 x PP 16, 32 microbatches, 2 chunks: about 0.3 s on one core (not timed here;
+    # the figure belongs in benchmarks).
+    cfg = GenConfig(dp=64, pp=16, microbatches=32, vpp=2, schedule="interleaved", steps=2)
+    trace, meta = generate_trace(cfg)
+    assert meta.world_size == 1024
+    per_worker_step = len(trace) // (64 * 2)
+    assert per_worker_step * 64 * 2 == len(trace)
+    assert set(np.unique(trace.rank).tolist()) == set(range(1024))
