@@ -183,7 +183,13 @@ def _add_point_to_point(
     compute: list[int],
     messages: dict[tuple[str, int, int], dict[str, int]],
 ) -> None:
-    """Recvs feed their compute, computes feed their sends (WHATIF.md, edges)."""
+    """Recvs feed their compute, computes feed their sends (WHATIF.md, edges).
+
+    A recv is posted once the previous compute of its kind has finished (and its own
+    stream is free); the first backward send/recv also waits for the forward compute two
+    places before the stage's first backward (where Megatron posts the first backward
+    recv). A message is keyed by (kind, receiving global chunk, microbatch).
+    """
     first_b = next((i for i, a in enumerate(actions) if a.kind == "B"), None)
     anchor = compute[first_b - 2] if first_b is not None and first_b >= 2 else None
     previous_same_kind: list[int | None] = []
@@ -200,7 +206,7 @@ def _add_point_to_point(
         deps = [prev.get(optype), previous_same_kind[pos]]
         if a.kind == "B" and optype not in prev:
             deps.append(anchor)
-        recv = b.add(a.stage, optype, deps, label="")
+        recv = b.add(a.stage, optype, deps)
         b.ops[compute[pos]].deps.append(recv)
         prev[optype] = recv
         messages.setdefault((a.kind, g, a.mb), {})["recv"] = recv
