@@ -96,6 +96,10 @@ def encode_ops(batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     rules = _ops_rules()
     header = {name: _plain(getattr(batch, name)) for name in HEADER_FIELDS}
     message: dict[str, Any] = {"schema": "ops", "version": rules.version, **header}
+    if batch.steps_done:
+        message["steps_done"] = [
+            {"step": _plain(s), "n_ops": _plain(n)} for s, n in batch.steps_done
+        ]
     _validate(rules.header, message)
     groups: dict[str, dict[str, Any]] = {group: {} for group in cols.GROUPS}
     lengths = {}
@@ -171,7 +175,8 @@ def _batch_from_message(message: Mapping[str, Any]) -> OpBatch:
         values = message.get(spec.group, {}).get(spec.name)
         if values is not None:
             read[spec.name] = cols.read_column(spec, values)
-    return OpBatch(**{name: message[name] for name in HEADER_FIELDS}, **read)
+    steps_done = tuple((d["step"], d["n_ops"]) for d in message.get("steps_done", ()))
+    return OpBatch(**{name: message[name] for name in HEADER_FIELDS}, **read, steps_done=steps_done)
 
 
 def _check_lengths(lengths: Mapping[str, int], max_items: int) -> None:

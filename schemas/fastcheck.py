@@ -25,9 +25,11 @@ _SUPPORTED = _ANNOTATIONS | {
     "maxLength",
     "minItems",
     "maxItems",
+    "items",
     "required",
     "properties",
     "additionalProperties",
+    "prefixItems",
 }
 
 
@@ -57,6 +59,8 @@ def compile_check(schema: Mapping[str, Any]) -> Check:
     checks += [c for key, c in _value_checks(schema) if key in schema]
     if "properties" in schema:
         checks.append(_object_check(schema))
+    if "items" in schema:
+        checks.append(_items_check(compile_check(schema["items"])))
     return lambda v: all(check(v) for check in checks)
 
 
@@ -95,6 +99,25 @@ def _object_check(schema: Mapping[str, Any]) -> Check:
         if closed and not props.keys() >= v.keys():
             return False
         return all(props[k](item) for k, item in v.items() if k in props)
+
+    return check
+
+
+def _items_check(item: Check) -> Check:
+    return lambda v: type(v) is not list or all(item(x) for x in v)
+
+
+def _array_check(schema: Mapping[str, Any]) -> Check:
+    """``prefixItems`` check items by position, ``items`` every item after those."""
+    prefix = [compile_check(sub) for sub in schema.get("prefixItems", ())]
+    rest = compile_check(schema["items"]) if "items" in schema else None
+
+    def check(v: Any) -> bool:
+        if type(v) is not list:
+            return True
+        if not all(c(item) for c, item in zip(prefix, v, strict=False)):
+            return False
+        return rest is None or all(rest(item) for item in v[len(prefix) :])
 
     return check
 

@@ -16,6 +16,8 @@ HEADER_FIELDS: tuple[str, ...] = (
     "pp_rank",
     "tp_rank",
     "cp_rank",
+    "dp_size",
+    "pp_size",
     "batch_seq",
     "sent_ns",
 )
@@ -38,6 +40,8 @@ class OpBatch:
     pp_rank: int
     tp_rank: int
     cp_rank: int
+    dp_size: int
+    pp_size: int
     batch_seq: int
     sent_ns: int
     step: np.ndarray  # int64
@@ -51,6 +55,8 @@ class OpBatch:
     bytes: np.ndarray | None = field(default=None)  # int64
     flops: np.ndarray | None = field(default=None)  # float64
     stream: np.ndarray | None = field(default=None)  # object (str)
+    steps_done: tuple[tuple[int, int], ...] = ()
+    """(step, n_ops) of the steps this rank finished in this batch (see the schema)."""
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
@@ -65,6 +71,6 @@ class OpBatch:
         out = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name not in HEADER_FIELDS and value is not None:
+            if f.name not in HEADER_FIELDS and f.name != "steps_done" and value is not None:
                 out[f.name] = value
         return out

@@ -95,9 +95,7 @@ class _OpenStep:
     ended: set[Worker] = field(default_factory=set)
 
     def done_workers(self) -> set[Worker]:
-        return {
-            w for w in self.ended if self.received.get(w, 0) >= self.declared.get(w, 0)
-        }
+        return {w for w in self.ended if self.received.get(w, 0) >= self.declared.get(w, 0)}
 
 
 @dataclass
@@ -124,14 +122,14 @@ class StepAssembler:
     def add(self, batch: OpBatch, now_ns: int) -> list[AssembledStep]:
         """Take one batch; return the steps it completed (usually none or one)."""
         self.counters.batches_in += 1
-        self.counters.records_in += batch.size
+        self.counters.records_in += len(batch)
         job = self._job(batch)
         if self._is_duplicate(job, batch):
             self.counters.duplicate_batches += 1
-            self.counters.duplicate_records += batch.size
+            self.counters.duplicate_records += len(batch)
             return []
         if batch.tp_rank != 0 or batch.cp_rank != 0:
-            self.counters.peer_records += batch.size
+            self.counters.peer_records += len(batch)
             return []
         worker = (batch.dp_rank, batch.pp_rank)
         touched = self._file_records(job, batch, worker, now_ns)
@@ -179,9 +177,7 @@ class StepAssembler:
             job.seen_batches.popitem(last=False)
         return False
 
-    def _file_records(
-        self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int
-    ) -> set[int]:
+    def _file_records(self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int) -> set[int]:
         order, uniq, bounds = _group_by_step(batch.step)
         touched: set[int] = set()
         for step, lo, hi in zip(uniq.tolist(), bounds[:-1], bounds[1:], strict=True):
@@ -197,7 +193,7 @@ class StepAssembler:
             chunk["rank"] = np.full(hi - lo, batch.rank, dtype=np.int64)
             open_step.chunks.append(chunk)
             open_step.received[worker] = open_step.received.get(worker, 0) + (hi - lo)
-            if bool((chunk["optype"] == _OPTIMIZER).any()) and not batch.declares_step_ends:
+            if bool((chunk["optype"] == _OPTIMIZER).any()) and not batch.steps_done:
                 open_step.ended.add(worker)
             touched.add(step)
         return touched

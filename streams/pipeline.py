@@ -53,6 +53,8 @@ class Output:
 
     rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     steps: list[AssembledStep] = field(default_factory=list)
+    messages: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    """(kind, key, message) to publish once the rows are stored."""
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(table, []).append(row)
@@ -61,6 +63,7 @@ class Output:
         for table, rows in other.rows.items():
             self.rows.setdefault(table, []).extend(rows)
         self.steps.extend(other.steps)
+        self.messages.extend(other.messages)
 
     def __bool__(self) -> bool:
         return any(self.rows.values())
@@ -104,6 +107,7 @@ class Pipeline:
             for dimension, group, value in analysis.attributions if analysis else ():
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
+            out.messages.append(("steps", step.job, step_message(step, analysis)))
         return out
 
     def _dead_letter(
@@ -146,6 +150,31 @@ def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) ->
         "n_ops": step.n_ops,
         "analysed_at": _utc(now_ns),
         "version": now_ns,
+    }
+
+
+def step_message(step: AssembledStep, analysis: StepAnalysis | None) -> dict[str, Any]:
+    """The ``rankwatch.steps`` message of a closed step (see steps.v1.schema.json)."""
+    top = None
+    if analysis and analysis.attributions:
+        dimension, group, value = max(analysis.attributions, key=lambda a: a[2])
+        top = {"dimension": dimension, "group": group, "slowdown": value}
+    slowdown = analysis.slowdown if analysis else None
+    return {
+        "schema": "steps",
+        "version": 1,
+        "job": step.job,
+        "step": step.step,
+        "start_ns": step.start_ns,
+        "t_base": step.t_base,
+        "t_sim": analysis.t_sim if analysis else None,
+        "t_ideal": analysis.t_ideal if analysis else None,
+        "slowdown": slowdown,
+        "waste": None if slowdown is None else 1.0 - 1.0 / slowdown,
+        "partial": step.partial,
+        "missing_workers": [f"{d},{p}" for d, p in step.missing_workers],
+        "n_ops": step.n_ops,
+        "top_attribution": top,
     }
 
 

@@ -76,6 +76,8 @@ def _cut(
             pp_rank=int(trace.stage[rows[0]]),
             tp_rank=0,
             cp_rank=0,
+            dp_size=meta.dp_size,
+            pp_size=meta.pp_size,
             batch_seq=seq_by_rank[rank],
             sent_ns=sent_ns,
             step=trace.step[rows],
@@ -86,5 +88,6 @@ def _cut(
             gmc=trace.gmc[rows],
             start_ns=start_ns[rows],
             duration_ns=duration_ns[rows],
+            steps_done=((int(trace.step[rows[0]]), int(hi - lo)),),
         )
         yield ReplayedBatch(batch, sent_ns)

@@ -27,6 +27,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankwatch.sim.tracegen import demo_config, generate_trace
+    from rankwatch.streams.analyser import WhatIfAnalyser
     from rankwatch.streams.embedded import run_embedded
     from rankwatch.streams.pipeline import Pipeline
     from rankwatch.streams.replay import replay_batches
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     chdb_dir.parent.mkdir(parents=True, exist_ok=True)
     with Store.connect(f"chdb://{chdb_dir}") as store:
         store.migrate()
-        pipeline = Pipeline()
+        pipeline = Pipeline(analyser=WhatIfAnalyser())
         started = time.perf_counter()
         fed = run_embedded(
             replay_batches(trace, meta, args.job, origin_ns=time.time_ns()),

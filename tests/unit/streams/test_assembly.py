@@ -1,0 +1,152 @@
+"""Step assembly: completeness, partial steps, duplicates, late and peer batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.schemas.optypes import CODE
+from rankwatch.streams.assembly import AssemblyConfig, StepAssembler
+
+S = 1_000_000_000  # ns per second
+
+
+def make_batch(
+    ops: list[tuple[int, str, int, float, float]],
+    *,
+    dp: int = 0,
+    pp: int = 0,
+    seq: int = 0,
+    tp: int = 0,
+    layout: tuple[int, int] = (1, 2),
+    steps_done: list[tuple[int, int]] | None = None,
+    job: str = "j",
+) -> OpBatch:
+    """ops: (step, optype, seq_id, start_s, duration_s)."""
+    rank = (dp * layout[1] + pp) * 2 + tp
+    return OpBatch(
+        job=job,
+        host="h0",
+        rank=rank,
+        dp_rank=dp,
+        pp_rank=pp,
+        tp_rank=tp,
+        cp_rank=0,
+        batch_seq=seq,
+        sent_ns=0,
+        dp_size=layout[0],
+        pp_size=layout[1],
+        step=np.array([o[0] for o in ops], dtype=np.int64),
+        optype=np.array([CODE[o[1]] for o in ops], dtype=np.int8),
+        seq_id=np.array([o[2] for o in ops], dtype=np.int64),
+        mb_id=np.full(len(ops), -1, dtype=np.int64),
+        chunk=np.full(len(ops), -1, dtype=np.int64),
+        gmc=np.full(len(ops), -1, dtype=np.int64),
+        start_ns=np.array([round(o[3] * S) for o in ops], dtype=np.int64),
+        duration_ns=np.array([round(o[4] * S) for o in ops], dtype=np.int64),
+        steps_done=tuple(steps_done or ()),
+    )
+
+
+def worker_step(step: int, pp: int, t0: float) -> list[tuple[int, str, int, float, float]]:
+    return [
+        (step, "forward-compute", 0, t0 + 0.0, 1.0),
+        (step, "backward-compute", 0, t0 + 2.0, 2.0),
+        (step, "optimizer", 0, t0 + 5.0 + pp, 0.5),
+    ]
+
+
+def test_step_completes_when_every_worker_ended_it() -> None:
+    asm = StepAssembler()
+    assert asm.add(make_batch(worker_step(7, 0, 100.0), pp=0), now_ns=0) == []
+    closed = asm.add(make_batch(worker_step(7, 1, 100.0), pp=1), now_ns=1)
+    assert len(closed) == 1
+    step = closed[0]
+    assert (step.job, step.step, step.partial, step.missing_workers) == ("j", 7, False, ())
+    assert step.n_ops == 6
+    assert step.start_ns == 100 * S
+    assert step.t_base == pytest.approx(6.5)  # stage 1's optimizer ends at 100 + 6 + 0.5
+    assert asm.counters.steps_complete == 1
+
+
+def test_arrival_order_does_not_change_the_step() -> None:
+    batches = [
+        make_batch(worker_step(3, p, 10.0), pp=p, dp=d, layout=(2, 2))
+        for d in (0, 1)
+        for p in (0, 1)
+    ]
+    results = []
+    for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
+        asm = StepAssembler()
+        closed = [s for i in order for s in asm.add(batches[i], now_ns=0)]
+        assert len(closed) == 1
+        t = closed[0].trace
+        key = np.lexsort((t.seq_id, t.optype, t.rank))
+        results.append((closed[0].t_base, t.rank[key], t.start_ts[key], t.duration[key]))
+    assert results[0][0] == results[1][0]
+    for a, b in zip(results[0][1:], results[1][1:], strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_grace_period_closes_an_incomplete_step_as_partial_naming_the_missing() -> None:
+    asm = StepAssembler(AssemblyConfig(grace_s=30))
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    assert asm.expire(now_ns=29 * S) == []
+    closed = asm.expire(now_ns=30 * S)
+    assert len(closed) == 1
+    assert closed[0].partial
+    assert closed[0].missing_workers == ((0, 1),)
+    assert asm.counters.steps_partial == 1
+
+
+def test_late_batch_for_a_closed_step_is_counted_and_dropped() -> None:
+    asm = StepAssembler(AssemblyConfig(grace_s=1))
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    asm.expire(now_ns=2 * S)
+    assert asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=3 * S) == []
+    assert asm.counters.late_batches == 1
+    assert asm.counters.late_records == 3
+    assert list(asm.open_steps()) == []
+
+
+def test_a_repeated_batch_is_skipped_and_repeated_records_collapse() -> None:
+    asm = StepAssembler()
+    first = make_batch(worker_step(1, 0, 0.0)[:2], pp=0, seq=0)
+    asm.add(first, now_ns=0)
+    asm.add(first, now_ns=0)  # a hook retried the same batch
+    assert asm.counters.duplicate_batches == 1
+    # a different batch that repeats one record (same rank, optype, seq_id)
+    asm.add(make_batch(worker_step(1, 0, 0.0)[1:], pp=0, seq=1), now_ns=0)
+    closed = asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=0)
+    assert len(closed) == 1
+    assert closed[0].n_ops == 6
+    assert asm.counters.duplicate_records == 2 + 1
+
+
+def test_declared_op_count_holds_the_step_open_until_all_records_arrived() -> None:
+    asm = StepAssembler()
+    ops0 = worker_step(1, 0, 0.0)
+    # the end-of-step batch overtakes the batch with the earlier records
+    asm.add(make_batch(ops0[2:], pp=0, seq=1, steps_done=[(1, 3)]), now_ns=0)
+    assert asm.add(make_batch(worker_step(1, 1, 0.0), pp=1, steps_done=[(1, 3)]), now_ns=0) == []
+    closed = asm.add(make_batch(ops0[:2], pp=0, seq=0), now_ns=0)
+    assert len(closed) == 1 and not closed[0].partial and closed[0].n_ops == 6
+
+
+def test_tensor_parallel_peers_are_counted_not_merged_twice() -> None:
+    asm = StepAssembler()
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0, tp=1), now_ns=0)
+    assert asm.counters.peer_records == 3
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    closed = asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=0)
+    assert closed[0].n_ops == 6
+
+
+def test_open_steps_are_bounded_per_job() -> None:
+    asm = StepAssembler(AssemblyConfig(max_open_steps=2))
+    closed = []
+    for step in range(4):
+        closed += asm.add(make_batch(worker_step(step, 0, step * 10.0), pp=0, seq=step), now_ns=0)
+    assert [s.step for s in closed] == [0, 1]
+    assert all(s.partial for s in closed)
