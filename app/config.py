@@ -11,6 +11,7 @@ Environment variables:
 - ``RANKWATCH_DATABASE``: ClickHouse database name
 - ``RANKWATCH_GRACE_S``: seconds before an incomplete step is analysed as partial
 - ``RANKWATCH_GROUP``: the workers' Kafka consumer group
+- ``RANKWATCH_TOPIC_PREFIX``: topics are ``<prefix>.ops`` etc. (default ``rankwatch``)
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ DEFAULT_DSN = "chdb://var/chdb"
 class KafkaConfig:
     bootstrap: str = "127.0.0.1:9092"
     group: str = "rankwatch-worker"
+    topic_prefix: str = "rankwatch"
+    """Topics are ``<prefix>.ops``, ``<prefix>.steps``, ... (see rankwatch.schemas.topics)."""
     partitions: int = 8
     """Partitions the worker creates its input topics with when they do not exist."""
 
@@ -52,6 +55,7 @@ class Config:
 _ENV = {
     "RANKWATCH_KAFKA": ("kafka", "bootstrap"),
     "RANKWATCH_GROUP": ("kafka", "group"),
+    "RANKWATCH_TOPIC_PREFIX": ("kafka", "topic_prefix"),
     "RANKWATCH_CLICKHOUSE": ("clickhouse", "dsn"),
     "RANKWATCH_DATABASE": ("clickhouse", "database"),
     "RANKWATCH_GRACE_S": ("assembly", "grace_s"),

@@ -8,6 +8,7 @@ out in send-time order, the order a broker would see them. Pure: the shells
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -63,7 +64,7 @@ def _cut(
     key = trace.step[order] * (1 << 24) + trace.rank[order]
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1, [key.size]))
     seq_by_rank: dict[int, int] = {}
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds.tolist()):
         rows = order[lo:hi]
         rank = int(trace.rank[rows[0]])
         sent_ns = int((start_ns[rows] + duration_ns[rows]).max())

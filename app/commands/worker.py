@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         dsn=config.clickhouse.dsn,
         database=config.clickhouse.database,
         group=config.kafka.group,
+        topic_prefix=config.kafka.topic_prefix,
         partitions=config.kafka.partitions,
         assembly=config.assembly,
     )

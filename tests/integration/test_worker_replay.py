@@ -1,0 +1,109 @@
+"""End to end over the real services: trace ST replayed into a real Kafka broker, the
+faust worker (a separate process) assembling and analysing it into chDB.
+
+Every step of the trace must land exactly once (no duplicate rows even before
+ReplacingMergeTree merges) with its recorded step time, and the worker must announce
+each stored step on the steps topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rankwatch.schemas.codec import decode
+from rankwatch.streams.devbroker import create_topics
+from rankwatch.streams.publish import publish
+from rankwatch.streams.replay import replay_batches
+from rankwatch.streams.store import Store
+from rankwatch.traceio import read_meta, read_trace
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def st_trace():  # type: ignore[no-untyped-def]
+    if not (DATA / "trace-ST.parquet").exists():
+        pytest.skip("../shared/data is absent")
+    published = json.loads((DATA / "result-ST.json").read_text())["step_t_base"]
+    return read_trace(DATA / "trace-ST.parquet"), read_meta(DATA / "meta-ST.yaml"), published
+
+
+def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "RANKWATCH_KAFKA": bootstrap,
+        "RANKWATCH_TOPIC_PREFIX": prefix,
+        "RANKWATCH_GROUP": f"{prefix}-workers",
+        "RANKWATCH_CLICKHOUSE": dsn,
+        "RANKWATCH_GRACE_S": "60",
+    }
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rankwatch", "worker"], env=env, stdout=out, stderr=out
+        )
+
+
+async def collect_steps(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[dict]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    got: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                got += [decode("steps", r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return got
+
+
+def test_trace_st_lands_once_per_step_with_its_step_time(
+    kafka_broker: str, tmp_path: Path, st_trace
+) -> None:  # type: ignore[no-untyped-def]
+    trace, meta, published = st_trace
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.ops"], 4))
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    log = tmp_path / "worker.log"
+    worker = start_worker(kafka_broker, prefix, dsn, log)
+    try:
+        sent = publish(
+            kafka_broker,
+            replay_batches(trace, meta, "job-st", origin_ns=time.time_ns()),
+            topic=f"{prefix}.ops",
+        )
+        assert sent == 32 * 8  # one batch per rank and step
+        announced = asyncio.run(collect_steps(kafka_broker, f"{prefix}.steps", 32, 120))
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+    assert len(announced) == 32, log.read_text()[-3000:]
+
+    with Store.connect(dsn) as store:
+        rows = store.query("SELECT step, t_base, t_sim, partial FROM steps ORDER BY step")
+    assert [r["step"] for r in rows] == sorted(int(s) for s in published)
+    for row in rows:
+        assert row["t_base"] == pytest.approx(published[str(row["step"])], abs=1e-6)
+        assert row["partial"] == 0
+        assert row["t_sim"] is not None
+    assert {m["step"] for m in announced} == {r["step"] for r in rows}
