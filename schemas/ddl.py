@@ -88,3 +88,82 @@ def ddl_text() -> str:
         first, *rest = migration.statements
         parts += [f"-- {migration.name}\n{first}", *rest]
     return "\n;\n\n".join(parts) + "\n;\n"
+
+
+@dataclass(frozen=True)
+class TableDDL:
+    """What the migrations declare for one table (from its CREATE TABLE)."""
+
+    name: str
+    columns: dict[str, str]  # name -> ClickHouse type, in order
+    defaulted: frozenset[str]  # columns with DEFAULT/MATERIALIZED/ALIAS
+    constraints: dict[str, str]  # name -> CHECK expression
+    clauses: dict[str, str]  # "ENGINE", "PARTITION BY", "ORDER BY", "TTL" -> text
+
+    @property
+    def order_by(self) -> tuple[str, ...]:
+        key = self.clauses["ORDER BY"].strip()
+        key = key[1:-1] if key.startswith("(") else key
+        return tuple(part.strip().strip("`") for part in _split_top(key))
+
+
+_CREATE = re.compile(
+    r"^CREATE TABLE IF NOT EXISTS (?P<name>\w+)\s*\((?P<body>.*)\)\s*(?P<tail>ENGINE.*)$", re.S
+)
+_COLUMN = re.compile(
+    r"^`?(?P<name>\w+)`?\s+(?P<type>.+?)"
+    r"(?:\s+(?P<default>DEFAULT|MATERIALIZED|ALIAS)\s+.+?)?(?:\s+COMMENT\s+'.*')?$",
+    re.S,
+)
+_CONSTRAINT = re.compile(r"^CONSTRAINT\s+(?P<name>\w+)\s+CHECK\s+(?P<expr>.+)$", re.S)
+_CLAUSES = ("ENGINE =", "PARTITION BY", "ORDER BY", "TTL")
+
+
+@cache
+def tables() -> dict[str, TableDDL]:
+    """Every table the migrations create, as declared (CREATE TABLE only, by design:
+    a migration that alters a table must extend this parser, and its tests)."""
+    found: dict[str, TableDDL] = {}
+    for migration in migrations():
+        for statement in migration.statements:
+            match = _CREATE.match(statement)
+            if not match:
+                raise RuntimeError(f"{migration.name}: cannot read statement {statement[:60]!r}")
+            found[match["name"]] = _table(match["name"], match["body"], match["tail"])
+    return found
+
+
+def _table(name: str, body: str, tail: str) -> TableDDL:
+    columns: dict[str, str] = {}
+    defaulted, constraints = set(), {}
+    for item in _split_top(body):
+        item = item.strip()
+        if constraint := _CONSTRAINT.match(item):
+            constraints[constraint["name"]] = constraint["expr"].strip()
+        elif column := _COLUMN.match(item):
+            columns[column["name"]] = column["type"].strip()
+            if column["default"]:
+                defaulted.add(column["name"])
+        else:
+            raise RuntimeError(f"table {name}: cannot read {item!r}")
+    clauses = {}
+    for line in tail.splitlines():
+        for clause in _CLAUSES:
+            if line.startswith(clause):
+                clauses[clause.rstrip(" =")] = line[len(clause) :].strip()
+    return TableDDL(name, columns, frozenset(defaulted), constraints, clauses)
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside parentheses and quotes."""
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == "'" and text[i - 1 : i] != "\\":
+            quoted = not quoted
+        elif not quoted and ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif not quoted and depth == 0 and ch == ",":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p for p in parts if p.strip()]

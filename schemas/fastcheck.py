@@ -59,8 +59,8 @@ def compile_check(schema: Mapping[str, Any]) -> Check:
     checks += [c for key, c in _value_checks(schema) if key in schema]
     if "properties" in schema:
         checks.append(_object_check(schema))
-    if "items" in schema:
-        checks.append(_items_check(compile_check(schema["items"])))
+    if "items" in schema or "prefixItems" in schema:
+        checks.append(_array_check(schema))
     return lambda v: all(check(v) for check in checks)
 
 
@@ -101,10 +101,6 @@ def _object_check(schema: Mapping[str, Any]) -> Check:
         return all(props[k](item) for k, item in v.items() if k in props)
 
     return check
-
-
-def _items_check(item: Check) -> Check:
-    return lambda v: type(v) is not list or all(item(x) for x in v)
 
 
 def _array_check(schema: Mapping[str, Any]) -> Check:

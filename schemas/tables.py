@@ -58,7 +58,10 @@ CONTRACTS: dict[str, TableContract] = {
         table="ops",
         kind="ops",
         renames={"start_ns": "time"},
-        omitted=frozenset({"schema", "version", "batch_seq", "sent_ns"}),
+        # batch bookkeeping and job-wide facts (the jobs table holds the sizes)
+        omitted=frozenset(
+            {"schema", "version", "batch_seq", "sent_ns", "dp_size", "pp_size", "steps_done"}
+        ),
         bookkeeping=frozenset({"inserted_at"}),
     ),
     "steps": TableContract(
