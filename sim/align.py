@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rankwatch.sim.errors import ModelError
-from rankwatch.sim.graph import OpGraph, op_keys
+from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.naming import list_names, op_label
 from rankwatch.sim.trace import Trace
 
@@ -38,19 +38,22 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
     if len(trace) == 0:
         raise ModelError("the trace has no ops")
     _check_ranges(graph, trace)
-    node, known = _nodes(graph, trace)
-    if not known.all():
-        unknown = ~known & ~np.isin(_keys(trace), graph.skipped_keys)
+    node = _nodes(graph, trace)
+    if (node < 0).any():
+        unknown = node == -1
         if unknown.any():
             raise ModelError(
                 "ops not in the model inferred from dp_rank 0 (every step and DP rank must "
-                f"run the same ops): {_describe(graph, trace, np.flatnonzero(unknown))}"
+                f"run the same ops): {_describe(trace, np.flatnonzero(unknown))}"
             )
-        trace = trace.select(known)
-        node = node[known]
-    steps, step_idx = np.unique(trace.step, return_inverse=True)
+        keep = node >= 0
+        trace, node = trace.select(keep), node[keep]
+    if trace.step.min() == trace.step.max():  # one step (online): skip the sort
+        steps, step_idx = trace.step[:1].copy(), np.zeros(len(trace), dtype=np.int64)
+    else:
+        steps, step_idx = np.unique(trace.step, return_inverse=True)
     shape = (graph.size, steps.size, graph.dp_size)
-    flat = np.ravel_multi_index((node, step_idx, trace.dp_rank), shape)
+    flat = (node * steps.size + step_idx) * graph.dp_size + trace.dp_rank
     counts = np.bincount(flat, minlength=int(np.prod(shape)))
     if (counts > 1).any():
         raise ModelError(f"ops recorded twice: {_cells(graph, steps, shape, counts > 1)}")
@@ -58,23 +61,21 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
         raise ModelError(f"ops missing: {_cells(graph, steps, shape, counts == 0)}")
     start = np.empty(shape)
     duration = np.empty(shape)
-    start.flat[flat] = trace.start_ts
-    duration.flat[flat] = trace.duration
-    start -= start.min(axis=(0, 2), keepdims=True)  # times from the step's first start
+    start.reshape(-1)[flat] = trace.start_ts
+    duration.reshape(-1)[flat] = trace.duration
+    # times from the step's first start
+    start -= start.min() if steps.size == 1 else start.min(axis=(0, 2), keepdims=True)
     return OpTimes(steps=steps, start_NSD=start, duration_NSD=duration)
 
 
-def _keys(trace: Trace) -> np.ndarray:
-    return op_keys(trace.optype, trace.seq_id, trace.stage)
-
-
-def _nodes(graph: OpGraph, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    keys = graph.keys
-    order = np.argsort(keys)
-    pos = np.searchsorted(keys[order], _keys(trace))
-    pos = np.minimum(pos, keys.size - 1)
-    node = order[pos]
-    return node, keys[node] == _keys(trace)
+def _nodes(graph: OpGraph, trace: Trace) -> np.ndarray:
+    """Node of each record: -1 not in the model, -2 a no-op record (ignored)."""
+    table = graph.lookup
+    seq = trace.seq_id
+    inside = (seq >= 0) & (seq < table.shape[1])
+    node = table[trace.optype, np.where(inside, seq, 0), trace.stage]
+    node[~inside] = -1
+    return node
 
 
 def _check_ranges(graph: OpGraph, trace: Trace) -> None:
@@ -89,7 +90,7 @@ def _check_ranges(graph: OpGraph, trace: Trace) -> None:
             )
 
 
-def _describe(graph: OpGraph, trace: Trace, rows: np.ndarray) -> str:
+def _describe(trace: Trace, rows: np.ndarray) -> str:
     t = trace
     labels = [
         f"{op_label(int(t.optype[r]), int(t.seq_id[r]), int(t.stage[r]), int(t.mb_id[r]))}"

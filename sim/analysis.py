@@ -23,7 +23,7 @@ from rankwatch.sim.errors import ModelError
 from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.ideal import IdealCosts, ideal_costs
 from rankwatch.sim.inference import infer_graph
-from rankwatch.sim.scenarios import NodeMasked, OneRankReal
+from rankwatch.sim.scenarios import fixed_costs, masked_costs, one_rank_real, recorded_costs
 from rankwatch.sim.simulate import simulate
 from rankwatch.sim.trace import JobMeta, Trace
 
@@ -155,13 +155,10 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
         axis=1,
     )
     t_XS = _simulate_chunked(graph, cost, ideal_N, masks)
-    one_rank = OneRankReal(cost, ideal_N)
-    t_dp = simulate(graph, one_rank, one_rank.lanes())
+    t_dp = simulate(graph, one_rank_real(graph, cost, ideal_N))
+    rows = graph.plan_nodes
     replay = simulate(
-        graph,
-        NodeMasked(measured.exact_cost_NSD, ideal_N, masks[:, :1]),
-        (1, *cost.shape[1:]),
-        measured.exact_delay_NSD,
+        graph, recorded_costs(graph, measured.exact_cost_NSD), measured.exact_delay_NSD[rows]
     )[0]
     attribution = _attribution(graph, groups, t_XS[2:], t_dp)
     simulated, ideal_S = t_XS[0], t_XS[1]
@@ -202,10 +199,10 @@ def _simulate_chunked(
 ) -> np.ndarray:
     per_scenario = graph.size * cost.shape[1] * cost.shape[2]
     chunk = max(1, _MAX_CELLS // max(per_scenario, 1))
-    parts = []
-    for first in range(0, masks.shape[1], chunk):
-        scen = NodeMasked(cost, ideal_N, masks[:, first : first + chunk])
-        parts.append(simulate(graph, scen, scen.lanes()))
+    parts = [
+        simulate(graph, masked_costs(graph, cost, ideal_N, masks[:, first : first + chunk]))
+        for first in range(0, masks.shape[1], chunk)
+    ]
     return np.concatenate(parts)
 
 
@@ -244,12 +241,11 @@ def _fixed(
     graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, top: tuple[tuple[int, int], ...]
 ) -> np.ndarray:
     """Step times (2, S) with real costs except: the top workers / the last stage ideal."""
-    real = np.ones((graph.size, 2, graph.dp_size), bool)
+    fixed = np.zeros((graph.size, 2, graph.dp_size), bool)
     for d, p in top:
-        real[graph.stage == p, 0, d] = False
-    real[graph.stage == graph.pp_size - 1, 1, :] = False
-    scen = NodeMasked(cost, ideal_N, real)
-    return simulate(graph, scen, scen.lanes())
+        fixed[graph.stage == p, 0, d] = True
+    fixed[graph.stage == graph.pp_size - 1, 1, :] = True
+    return simulate(graph, fixed_costs(graph, cost, ideal_N, fixed))
 
 
 def _share_fixed(t: np.ndarray, t_fix: np.ndarray, t_ideal: np.ndarray) -> float:

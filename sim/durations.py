@@ -37,8 +37,10 @@ def measure(graph: OpGraph, times: OpTimes) -> Measured:
     start, end = times.start_NSD, times.end_NSD
     group_start = group_latest(graph, start)
     cost = np.where(graph.is_comm[:, None, None], end - group_start, end - start)
-    end_or_zero = np.concatenate([end, np.zeros((1, *end.shape[1:]))])
-    delay = start - end_or_zero[graph.dep_rows].max(axis=1)
+    ready = np.zeros_like(start)
+    for nodes, deps in graph.dep_buckets:
+        ready[nodes] = end[deps].max(axis=1)
+    delay = start - ready
     return Measured(
         steps=times.steps,
         cost_NSD=np.maximum(cost, 0.0),
@@ -51,7 +53,9 @@ def measure(graph: OpGraph, times: OpTimes) -> Measured:
 
 def group_latest(graph: OpGraph, start_NSD: np.ndarray) -> np.ndarray:
     """Latest start among each op's group members (the op itself for compute ops)."""
-    latest = start_NSD[graph.member_rows].max(axis=1)
+    latest = start_NSD.copy()
+    for nodes, members in graph.member_buckets:
+        latest[nodes] = start_NSD[members].max(axis=1)
     wide = graph.dp_wide
     latest[wide] = latest[wide].max(axis=-1, keepdims=True)
     return latest

@@ -22,6 +22,9 @@ import numpy as np
 from rankwatch.schemas.optypes import CODE
 from rankwatch.sim.naming import op_label, op_name
 
+Buckets = tuple[tuple[np.ndarray, np.ndarray], ...]
+"""Ragged index lists grouped by length: (rows (B,), values (B, K)) per length K."""
+
 _SEQ_BITS = 20
 _STAGE_BITS = 20
 
@@ -37,20 +40,24 @@ def op_keys(optype: np.ndarray, seq_id: np.ndarray, stage: np.ndarray) -> np.nda
 
 @dataclass(frozen=True)
 class Level:
-    """Nodes whose start and end can be computed together (all inputs known).
+    """Ops whose start and end can be computed together (all their inputs are known).
 
-    ``dep_rows`` (L, K) index the end-time table (row N = step start, 0), padded with N.
-    ``*_members`` (C, K') index the start-time table, padded with the node itself;
-    ``local`` groups sit inside one DP rank, ``dp_wide`` ones span all DP ranks.
+    The simulator keeps its time tables in *plan order*: each level's ops occupy the
+    consecutive rows ``begin:end`` (compute ops, then groups inside one DP rank, then
+    groups spanning DP ranks), so results are written into slices, not scattered.
+    ``dep_rows`` (L, K): plan rows of the dependencies' end times, padded with N (the
+    step start, 0). ``*_members``: plan rows of the group members' start times, padded
+    with the op's own row. ``nodes``: the graph's op ids of rows ``begin:end``.
     """
 
+    begin: int
+    compute_end: int
+    local_end: int
+    end: int
     nodes: np.ndarray
     dep_rows: np.ndarray
-    compute: np.ndarray
-    local: np.ndarray
     local_members: np.ndarray
-    dp_wide: np.ndarray
-    dp_wide_members: np.ndarray
+    wide_members: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -71,10 +78,13 @@ class OpGraph:
     dp_wide: np.ndarray  # (N,) bool
     is_comm: np.ndarray  # (N,) bool
     skipped_keys: np.ndarray  # op keys recorded but modelled as no-ops (ignored)
-    dep_rows: np.ndarray = field(repr=False)  # (N, K) deps padded with N (the step start)
-    member_rows: np.ndarray = field(repr=False)  # (N, K') group members padded with self
+    dep_buckets: Buckets = field(repr=False)  # deps, by count
+    member_buckets: Buckets = field(repr=False)  # members of groups of 2 or more, by size
+    lookup: np.ndarray = field(repr=False)  # (optype, seq_id, stage) -> node, -1 none, -2 no-op
     levels: tuple[Level, ...] = field(repr=False)
     final: np.ndarray = field(repr=False)  # nodes whose latest end is the step end
+    final_rows: np.ndarray = field(repr=False)  # the same, as plan rows
+    plan_nodes: np.ndarray = field(repr=False)  # (N,) the op at each plan row
 
     @property
     def size(self) -> int:
@@ -112,6 +122,18 @@ def csr(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     ptr[1:] = np.cumsum([len(x) for x in lists])
     flat = [v for x in lists for v in x]
     return ptr, np.asarray(flat, dtype=np.int64)
+
+
+def buckets(lists: list[list[int]], min_len: int = 1) -> Buckets:
+    """Ragged lists as :data:`Buckets` (lists shorter than ``min_len`` left out)."""
+    by_len: dict[int, list[int]] = {}
+    for i, values in enumerate(lists):
+        if len(values) >= min_len:
+            by_len.setdefault(len(values), []).append(i)
+    return tuple(
+        (np.asarray(rows, dtype=np.int64), np.asarray([lists[i] for i in rows], dtype=np.int64))
+        for _, rows in sorted(by_len.items())
+    )
 
 
 def padded(lists: list[np.ndarray], pad: np.ndarray | int) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 
 from rankwatch.schemas.optypes import CODE, COMMUNICATING, DP_COLLECTIVES, OPTYPES
 from rankwatch.sim.errors import ModelError
-from rankwatch.sim.graph import OpGraph, csr, op_keys, padded
+from rankwatch.sim.graph import OpGraph, buckets, csr, op_keys
 from rankwatch.sim.naming import list_names, op_label
 from rankwatch.sim.plan import build_levels, check_connected, final_nodes
 from rankwatch.sim.trace import JobMeta, Trace
@@ -277,6 +277,9 @@ class _Builder:
         for node in nodes:
             self.groups[node] = list(nodes)
 
+    def _lookup(self, rows: np.ndarray, skipped: np.ndarray) -> np.ndarray:
+        return _lookup_table(self.one, rows, skipped, self.meta.pp_size)
+
     # -- result -----------------------------------------------------------------------
 
     def finish(self) -> OpGraph:
@@ -292,7 +295,8 @@ class _Builder:
         dp_wide = np.isin(optype, list(_DP_WIDE))
         labels = [self._label(int(r)) for r in rows]
         check_connected(n, self.deps, groups, labels)
-        levels = build_levels(self.deps, groups, dp_wide, is_comm, labels)
+        levels, plan_row = build_levels(self.deps, groups, dp_wide, is_comm, labels)
+        final = final_nodes(optype, self.deps, n)
         skipped = np.asarray(self.skipped, dtype=np.int64)
         return OpGraph(
             dp_size=self.meta.dp_size,
@@ -309,11 +313,23 @@ class _Builder:
             dp_wide=dp_wide,
             is_comm=is_comm,
             skipped_keys=op_keys(t.optype[skipped], t.seq_id[skipped], t.stage[skipped]),
-            dep_rows=padded([np.asarray(d, dtype=np.int64) for d in self.deps], n),
-            member_rows=padded([np.asarray(g, dtype=np.int64) for g in groups], np.arange(n)),
+            dep_buckets=buckets(self.deps),
+            member_buckets=buckets(groups, min_len=2),
+            lookup=self._lookup(rows, skipped),
             levels=levels,
-            final=final_nodes(optype, self.deps, n),
+            final=final,
+            final_rows=plan_row[final],
+            plan_nodes=np.argsort(plan_row),
         )
+
+
+def _lookup_table(t: Trace, rows: np.ndarray, skipped: np.ndarray, pp: int) -> np.ndarray:
+    """Dense (optype, seq_id, stage) -> node table: -1 unknown, -2 a no-op record."""
+    seq = int(t.seq_id[np.concatenate([rows, skipped])].max(initial=0)) + 1
+    table = np.full((len(OPTYPES), seq, pp), -1, dtype=np.int64)
+    table[t.optype[skipped], t.seq_id[skipped], t.stage[skipped]] = -2
+    table[t.optype[rows], t.seq_id[rows], t.stage[rows]] = np.arange(rows.size)
+    return table
 
 
 def _last_per_chunk(gathers: list[int], builder: _Builder) -> list[int]:

@@ -53,8 +53,8 @@ def build_levels(
     dp_wide: np.ndarray,
     is_comm: np.ndarray,
     labels: list[str],
-) -> tuple[Level, ...]:
-    """Group ops into levels (longest path from the step start); reject cycles."""
+) -> tuple[tuple[Level, ...], np.ndarray]:
+    """Levels (longest path from the step start) and each op's plan row; rejects cycles."""
     n = len(deps)
     unit_of = list(range(n))
     for i in range(n):
@@ -68,10 +68,15 @@ def build_levels(
     by_level: dict[int, list[int]] = defaultdict(list)
     for u, ms in units.items():
         by_level[level[u]].extend(ms)
-    return tuple(
-        _level(sorted(by_level[k]), deps=deps, groups=groups, dp_wide=dp_wide, is_comm=is_comm, n=n)
-        for k in sorted(by_level)
-    )
+    kind = np.where(is_comm, np.where(dp_wide, 2, 1), 0)
+    order = [sorted(by_level[k], key=lambda i: (kind[i], i)) for k in sorted(by_level)]
+    row = np.empty(n, dtype=np.int64)
+    row[np.concatenate([np.asarray(o, dtype=np.int64) for o in order])] = np.arange(n)
+    levels, begin = [], 0
+    for nodes in order:
+        levels.append(_level(np.asarray(nodes, dtype=np.int64), begin, kind, deps, groups, row))
+        begin += len(nodes)
+    return tuple(levels), row
 
 
 def _longest_path(
@@ -102,25 +107,26 @@ def _longest_path(
 
 
 def _level(
-    nodes: list[int],
-    *,
+    nodes: np.ndarray,
+    begin: int,
+    kind: np.ndarray,
     deps: list[list[int]],
     groups: list[list[int]],
-    dp_wide: np.ndarray,
-    is_comm: np.ndarray,
-    n: int,
+    row: np.ndarray,
 ) -> Level:
-    arr = np.asarray(nodes, dtype=np.int64)
-    local = arr[is_comm[arr] & ~dp_wide[arr]]
-    wide = arr[is_comm[arr] & dp_wide[arr]]
+    n = row.size
+    counts = np.bincount(kind[nodes], minlength=3)
+    local = nodes[counts[0] : counts[0] + counts[1]]
+    wide = nodes[counts[0] + counts[1] :]
     return Level(
-        nodes=arr,
-        dep_rows=padded([np.asarray(deps[i], dtype=np.int64) for i in nodes], n),
-        compute=arr[~is_comm[arr]],
-        local=local,
-        local_members=padded([np.asarray(groups[i]) for i in local.tolist()], local),
-        dp_wide=wide,
-        dp_wide_members=padded([np.asarray(groups[i]) for i in wide.tolist()], wide),
+        begin=begin,
+        compute_end=begin + int(counts[0]),
+        local_end=begin + int(counts[0] + counts[1]),
+        end=begin + nodes.size,
+        nodes=nodes,
+        dep_rows=padded([row[deps[i]] for i in nodes.tolist()], n),
+        local_members=padded([row[groups[i]] for i in local.tolist()], row[local]),
+        wide_members=padded([row[groups[i]] for i in wide.tolist()], row[wide]),
     )
 
 

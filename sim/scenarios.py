@@ -1,56 +1,96 @@
 """Scenarios: which ops keep their real cost and which get the ideal one.
 
-Every analysis is the same simulation with a different choice per op (and DP rank):
-real (recorded) cost or ideal cost. A scenario set is a cost function over lanes
-``(X scenarios, S steps, D dp ranks)`` for :func:`rankwatch.sim.simulate.simulate`.
+Every analysis is the same simulation with a different choice per op and lane:
+real (recorded) cost or ideal cost. A scenario set is a :class:`Costs`: a few
+candidate cost blocks per op (real, ideal, ...) and, per plan row and scenario, the
+block to use. The simulator gathers a level's blocks when it needs them, so the full
+``(R, X, S, D)`` cost table never exists (it would be the largest array of a pass).
 
-Legend: N ops, S steps, D DP ranks, X scenarios, L ops of one level.
+Legend: N ops (graph order), R plan rows, S steps, D DP ranks, X scenarios,
+F = S * D' values of one block (D' = the lanes' last axis).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-
-class NodeMasked:
-    """Scenario x keeps the real cost of op n where ``real_NX[n, x]``, else the ideal.
-
-    ``real_NX`` may also be ``(N, X, D)`` to choose per DP rank (workers).
-    """
-
-    def __init__(self, cost_NSD: np.ndarray, ideal_N: np.ndarray, real_NX: np.ndarray) -> None:
-        self.cost_NSD = cost_NSD
-        self.ideal = ideal_N[:, None, None, None]
-        self.mask = real_NX[:, :, None, None] if real_NX.ndim == 2 else real_NX[:, :, None, :]
-
-    def lanes(self) -> tuple[int, int, int]:
-        _, s, d = self.cost_NSD.shape
-        return (self.mask.shape[1], s, d)
-
-    def __call__(self, nodes: np.ndarray) -> np.ndarray:
-        return np.where(self.mask[nodes], self.cost_NSD[nodes][:, None], self.ideal[nodes])
+from rankwatch.sim.graph import OpGraph
 
 
-class OneRankReal:
+@dataclass(frozen=True)
+class Costs:
+    """Cost of plan row r on scenario x: ``blocks_BF[pick_RX[r, x]]`` shaped ``lanes[1:]``."""
+
+    blocks_BF: np.ndarray
+    pick_RX: np.ndarray
+    lanes: tuple[int, int, int]  # (X, S, D')
+
+    def rows(self, begin: int, end: int) -> np.ndarray:
+        """Costs of plan rows ``begin:end`` on every lane: ``(L, X, S, D')``."""
+        picked = np.take(self.blocks_BF, self.pick_RX[begin:end], axis=0)
+        return picked.reshape(end - begin, *self.lanes)
+
+
+def masked_costs(
+    graph: OpGraph,
+    cost_NSD: np.ndarray,
+    ideal_N: np.ndarray,
+    real_NX: np.ndarray,
+    dtype: type = np.float32,
+) -> Costs:
+    """Scenario x keeps the real cost of op n where ``real_NX[n, x]``, else the ideal."""
+    rows = graph.plan_nodes
+    r, s, d = cost_NSD.shape
+    blocks = np.empty((2 * r, s * d), dtype=dtype)
+    blocks[:r] = cost_NSD[rows].reshape(r, s * d)
+    blocks[r:] = ideal_N[rows][:, None]
+    pick = np.arange(r)[:, None] + r * (~real_NX[rows]).astype(np.int64)
+    return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(real_NX.shape[1], s, d))
+
+
+def fixed_costs(
+    graph: OpGraph,
+    cost_NSD: np.ndarray,
+    ideal_N: np.ndarray,
+    fixed_NXD: np.ndarray,
+    dtype: type = np.float32,
+) -> Costs:
+    """Scenario x: real costs, except the ideal where ``fixed_NXD[n, x, d]``."""
+    rows = graph.plan_nodes
+    r, s, d = cost_NSD.shape
+    x = fixed_NXD.shape[1]
+    real = cost_NSD[rows].astype(dtype)[:, None]  # (R, 1, S, D)
+    ideal = ideal_N[rows].astype(dtype)[:, None, None, None]
+    table = np.where(fixed_NXD[rows][:, :, None, :], ideal, real)  # (R, X, S, D)
+    pick = np.arange(r * x).reshape(r, x)
+    return Costs(blocks_BF=table.reshape(r * x, s * d), pick_RX=pick, lanes=(x, s, d))
+
+
+def one_rank_real(
+    graph: OpGraph, cost_NSD: np.ndarray, ideal_N: np.ndarray, dtype: type = np.float32
+) -> Costs:
     """Scenario x: DP rank x keeps its real costs, every other rank is ideal.
 
     The other ranks then all run the same ideal ops, so one lane stands for all of
     them: lanes are ``(X = D, S, 2)`` (rank x, the others) instead of ``(D, S, D)``.
     With a single DP rank there are no others and the lanes are ``(1, S, 1)``.
     """
+    rows = graph.plan_nodes
+    r, s, d = cost_NSD.shape
+    real = cost_NSD[rows].astype(dtype).transpose(0, 2, 1)[..., None]  # (R, D, S, 1)
+    width = 1 if d == 1 else 2
+    if width == 2:
+        ideal = np.broadcast_to(ideal_N[rows].astype(dtype)[:, None, None, None], real.shape)
+        real = np.concatenate([real, ideal], axis=-1)
+    pick = np.arange(r * d).reshape(r, d)
+    return Costs(blocks_BF=real.reshape(r * d, s * width), pick_RX=pick, lanes=(d, s, width))
 
-    def __init__(self, cost_NSD: np.ndarray, ideal_N: np.ndarray) -> None:
-        self.cost_NDS = cost_NSD.transpose(0, 2, 1)
-        self.ideal = ideal_N
-        self.width = 2 if cost_NSD.shape[2] > 1 else 1
 
-    def lanes(self) -> tuple[int, int, int]:
-        _n, d, s = self.cost_NDS.shape
-        return (d, s, self.width)
-
-    def __call__(self, nodes: np.ndarray) -> np.ndarray:
-        real = self.cost_NDS[nodes]
-        if self.width == 1:
-            return real[..., None]
-        ideal = np.broadcast_to(self.ideal[nodes][:, None, None], real.shape)
-        return np.stack([real, ideal], axis=-1)
+def recorded_costs(graph: OpGraph, cost_NSD: np.ndarray) -> Costs:
+    """One scenario, the given costs as they are (float64: the replay check)."""
+    rows = graph.plan_nodes
+    r, s, d = cost_NSD.shape
+    blocks = cost_NSD[rows].reshape(r, s * d)
+    return Costs(blocks_BF=blocks, pick_RX=np.arange(r)[:, None], lanes=(1, s, d))

@@ -1,49 +1,63 @@
 """The simulator: op start and end times over many lanes at once, level by level.
 
 A lane is one (scenario X, step S, dp rank D). All lanes share the graph, so each
-level of the plan is a handful of numpy operations over arrays ``(L ops, X, S, D)``;
-the only Python loop is over levels. The last lane axis must be the DP axis: groups
-that span DP ranks take their latest start over it.
+level of the plan is a handful of numpy operations over arrays ``(L ops, X, S, D)``
+written into consecutive rows of the time tables (see :class:`~rankwatch.sim.graph.Level`);
+the only Python loop is over levels. Inputs come as tables in plan order
+(``graph.plan_nodes``): row r holds the op ``plan_nodes[r]``. The last lane axis is
+the DP axis: groups that span DP ranks take their latest start over it.
 
 Rules (WHATIF.md): start = latest end of the dependencies (0 for none) + launch
 delay; a compute op ends at start + duration; a communication op ends at the latest
 start in its group + its transfer duration; the step ends with the latest final op.
+
+Legend: R plan rows (one per op), X scenarios, S steps, D DP ranks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from rankwatch.sim.graph import OpGraph
-
-CostFn = Callable[[np.ndarray], np.ndarray]
-"""Cost (duration or transfer duration) of the given ops on every lane:
-an array broadcastable to ``(L, X, S, D)``."""
+from rankwatch.sim.scenarios import Costs
 
 
-def simulate(
-    graph: OpGraph,
-    cost: CostFn,
-    lanes: tuple[int, int, int],
-    delay_NSD: np.ndarray | None = None,
-) -> np.ndarray:
-    """Step times ``(X, S)``: latest end of the final ops over all DP ranks."""
-    n = graph.size
-    start = np.empty((n, *lanes))
-    end = np.zeros((n + 1, *lanes))  # row n: the step start
-    for level in graph.levels:
-        first = end[level.dep_rows].max(axis=1)
-        if delay_NSD is not None:
-            first += delay_NSD[level.nodes][:, None]
-        start[level.nodes] = first
-        if level.compute.size:
-            end[level.compute] = start[level.compute] + cost(level.compute)
-        if level.local.size:
-            ready = start[level.local_members].max(axis=1)
-            end[level.local] = ready + cost(level.local)
-        if level.dp_wide.size:
-            ready = start[level.dp_wide_members].max(axis=1).max(axis=-1, keepdims=True)
-            end[level.dp_wide] = ready + cost(level.dp_wide)
-    return end[graph.final].max(axis=(0, 3))
+def simulate(graph: OpGraph, costs: Costs, delay_RSD: np.ndarray | None = None) -> np.ndarray:
+    """Step times ``(X, S)``: the latest end of the final ops over all DP ranks.
+
+    ``costs``: duration (compute ops) or transfer duration (communication ops) per plan
+    row and lane; their dtype is the arithmetic's (float32 halves the memory traffic).
+    ``delay_RSD``: launch delays in plan order, or None for none.
+    """
+    n, lanes, dtype = graph.size, costs.lanes, costs.blocks_BF.dtype
+    start = np.empty((n, *lanes), dtype=dtype)
+    end = np.empty((n + 1, *lanes), dtype=dtype)
+    end[n] = 0.0  # the step start
+    for lv in graph.levels:
+        # plan rows: [begin, mid) compute ops, [mid, wide) local groups, [wide, stop) DP-wide
+        begin, mid, wide, stop = lv.begin, lv.compute_end, lv.local_end, lv.end
+        first = start[begin:stop]
+        _latest(end, lv.dep_rows, first)
+        if delay_RSD is not None:
+            first += delay_RSD[begin:stop, None]
+        if mid > begin:
+            np.add(start[begin:mid], costs.rows(begin, mid), out=end[begin:mid])
+        if wide > mid:
+            _latest(start, lv.local_members, end[mid:wide])
+            end[mid:wide] += costs.rows(mid, wide)
+        if stop > wide:
+            _latest(start, lv.wide_members, end[wide:stop])
+            latest = end[wide:stop].max(axis=-1, keepdims=True)
+            np.add(latest, costs.rows(wide, stop), out=end[wide:stop])
+    return end[graph.final_rows].max(axis=(0, 3))
+
+
+def _latest(table: np.ndarray, rows_LK: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] = max_k table[rows_LK[i, k]]`` (padding repeats a row or points at 0).
+
+    A loop over the few columns of elementwise maxima is much faster than a numpy
+    reduction over a short middle axis.
+    """
+    np.take(table, rows_LK[:, 0], axis=0, out=out)
+    for k in range(1, rows_LK.shape[1]):
+        np.maximum(out, np.take(table, rows_LK[:, k], axis=0), out=out)
