@@ -32,7 +32,7 @@ venv: $(STAMP)
 # Third-party dependencies: reinstalled only when pyproject.toml changes.
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(PY) -m pip install --quiet -e '.[stream,grafana,dev]'
 	touch $(STAMP)
 

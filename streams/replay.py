@@ -40,12 +40,13 @@ def replay_batches(
     steps = np.unique(trace.step)
     ends = trace.start_ts + trace.duration
     step_offset_ns: dict[int, int] = {}
-    cursor = float(origin_ns)
+    cursor = origin_ns
     for step in steps.tolist():
-        step_offset_ns[step] = int(cursor)
-        cursor += (float(ends[trace.step == step].max()) + STEP_GAP_S) * 1e9
-    start_ns = trace.start_ts * 1e9 + np.array([step_offset_ns[s] for s in trace.step.tolist()])
-    start_ns = np.round(start_ns).astype(np.int64)
+        step_offset_ns[step] = cursor
+        cursor += round((float(ends[trace.step == step].max()) + STEP_GAP_S) * 1e9)
+    # integers for the epoch part: float64 has ~100 ns resolution at today's epoch ns
+    offsets = np.array([step_offset_ns[s] for s in trace.step.tolist()], dtype=np.int64)
+    start_ns = offsets + np.round(trace.start_ts * 1e9).astype(np.int64)
     duration_ns = np.round(trace.duration * 1e9).astype(np.int64)
     order = np.lexsort((start_ns, trace.rank, trace.step))
     batches = list(_cut(trace, meta, job, order, start_ns, duration_ns))

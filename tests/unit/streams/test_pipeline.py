@@ -1,0 +1,84 @@
+"""The ops pipeline: replayed traces come out as one row per step with the right step
+time; bad messages become counted dead letters, never exceptions, and leave the good
+data's results unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from rankwatch.schemas.codec import encode_ops
+from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
+from rankwatch.streams.analyser import WhatIfAnalyser
+from rankwatch.streams.pipeline import Output, Pipeline, Source
+from rankwatch.streams.replay import replay_batches
+
+SOURCE = Source(topic="rankwatch.ops")
+CFG = GenConfig(dp=2, pp=3, microbatches=4, steps=5, stragglers=(Straggler(1, 2, 1.6),), seed=3)
+
+
+def recorded_step_times(trace) -> dict[int, float]:  # type: ignore[no-untyped-def]
+    ends = trace.start_ts + trace.duration
+    return {int(s): float(ends[trace.step == s].max()) for s in np.unique(trace.step)}
+
+
+def run(pipeline: Pipeline, messages: list[bytes]) -> Output:
+    out = Output()
+    for i, data in enumerate(messages):
+        out.extend(pipeline.on_message(data, SOURCE, now_ns=i))
+    out.extend(pipeline.flush(now_ns=len(messages)))
+    return out
+
+
+def replayed_messages() -> list[bytes]:
+    trace, meta = generate_trace(CFG)
+    return [encode_ops(b.batch) for b in replay_batches(trace, meta, "j", origin_ns=10**18)]
+
+
+def test_each_step_is_one_row_with_its_recorded_time() -> None:
+    trace, _ = generate_trace(CFG)
+    out = run(Pipeline(analyser=WhatIfAnalyser()), replayed_messages())
+    rows = out.rows["steps"]
+    expected = recorded_step_times(trace)
+    assert sorted(r["step"] for r in rows) == sorted(expected)
+    for row in rows:
+        assert row["t_base"] == pytest.approx(expected[row["step"]], abs=2e-9)
+        assert row["partial"] == 0
+        assert row["slowdown"] > 1.0  # worker (1, 2) straggles
+    workers = [r for r in out.rows["step_attribution"] if r["dimension"] == "worker"]
+    top = max(workers, key=lambda r: r["slowdown"])
+    assert top["group"] == "1,2"
+
+
+BAD = {
+    "malformed-json": b'{"schema": "ops", "vers',
+    "schema": orjson.dumps({"schema": "ops", "version": 1, "job": 5}),
+    "unknown-version": orjson.dumps({"schema": "ops", "version": 99}),
+    "too-large": b" " * (9 * 1024 * 1024),
+}
+
+
+def test_bad_messages_are_dead_letters_and_do_not_change_results() -> None:
+    good = replayed_messages()
+    clean = run(Pipeline(analyser=WhatIfAnalyser()), good)
+    mixed_in = good[:3] + list(BAD.values()) + good[3:] + [good[0]]  # and one duplicate
+    pipeline = Pipeline(analyser=WhatIfAnalyser())
+    dirty = run(pipeline, mixed_in)
+    letters = dirty.rows["dead_letters"]
+    assert sorted(letter["reason"] for letter in letters) == sorted(BAD)
+    assert pipeline.dead_letters == len(BAD)
+    assert all(letter["detail"] for letter in letters)
+    assert pipeline.assembler.counters.duplicate_batches == 1
+
+    def key(rows: list[dict]) -> list[tuple]:
+        return sorted((r["step"], r["t_base"], r["t_sim"], r["t_ideal"]) for r in rows)
+
+    assert key(dirty.rows["steps"]) == key(clean.rows["steps"])
+
+
+def test_a_step_announced_is_the_step_stored() -> None:
+    out = run(Pipeline(analyser=WhatIfAnalyser()), replayed_messages())
+    stored = {(r["step"], r["t_base"]) for r in out.rows["steps"]}
+    announced = {(m["step"], m["t_base"]) for kind, _, m in out.messages if kind == "steps"}
+    assert announced == stored
