@@ -164,7 +164,7 @@ def _batch_from_message(message: Mapping[str, Any]) -> OpBatch:
     rules = _ops_rules()
     if not rules.envelope_ok(message):
         _validate(rules.envelope, message)
-    read: dict[str, np.ndarray] = {}
+    read: dict[str, Any] = {name: message[name] for name in HEADER_FIELDS}
     lengths = {}
     for spec in rules.specs:
         values = message.get(spec.group, {}).get(spec.name)
@@ -176,7 +176,7 @@ def _batch_from_message(message: Mapping[str, Any]) -> OpBatch:
         if values is not None:
             read[spec.name] = cols.read_column(spec, values)
     steps_done = tuple((d["step"], d["n_ops"]) for d in message.get("steps_done", ()))
-    return OpBatch(**{name: message[name] for name in HEADER_FIELDS}, **read, steps_done=steps_done)
+    return OpBatch(**read, steps_done=steps_done)
 
 
 def _check_lengths(lengths: Mapping[str, int], max_items: int) -> None:

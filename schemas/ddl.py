@@ -67,9 +67,10 @@ def migrations() -> tuple[Migration, ...]:
 def split_statements(sql: str) -> tuple[str, ...]:
     """Statements of a migration: text between lines that hold only ``;``.
 
-    Comment-only lines are dropped; a trailing part with no statement is ignored.
+    Comment-only lines are dropped; text after the last ``;`` line is an error.
     """
-    statements, current = [], []
+    statements: list[str] = []
+    current: list[str] = []
     for line in sql.splitlines():
         if line.strip() == ";":
             statements.append("\n".join(current).strip())
@@ -136,8 +137,8 @@ def tables() -> dict[str, TableDDL]:
 def _table(name: str, body: str, tail: str) -> TableDDL:
     columns: dict[str, str] = {}
     defaulted, constraints = set(), {}
-    for item in _split_top(body):
-        item = item.strip()
+    for raw in _split_top(body):
+        item = raw.strip()
         if constraint := _CONSTRAINT.match(item):
             constraints[constraint["name"]] = constraint["expr"].strip()
         elif column := _COLUMN.match(item):

@@ -297,7 +297,7 @@ def _concat(parts: list[np.ndarray | list[None]]) -> np.ndarray | list[Any]:
     return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
 
 
-def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[Any]:
+def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[Any] | np.ndarray:
     """Values in the form clickhouse-connect writes for ``column``'s type."""
     divisor = column.ns_divisor
     if divisor is not None:
