@@ -127,6 +127,7 @@ class Pipeline:
                 "reason": reason,
                 "detail": detail[:1000],
                 "payload": data[:DEAD_LETTER_PAYLOAD_BYTES].decode("utf-8", "replace"),
+                "payload_bytes": len(data),
             },
         )
         return out

@@ -3,7 +3,9 @@
 The job is a trace from the project's own generator (a PP x DP 1F1B job with noise,
 a straggling worker and a slow last stage), replayed as the hooks would send it,
 assembled step by step by the worker's pipeline and stored in embedded ClickHouse;
-then the per-step table is read back from ClickHouse and printed.
+then the per-step table is read back from ClickHouse and printed, followed by the
+job-level verdict of the same engine run offline over the whole trace and the
+worker heatmap.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ import argparse
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rankwatch.sim import JobMeta, Trace
 
 DEFAULT_DIR = Path("var/demo")
 
@@ -60,7 +65,20 @@ def run(args: argparse.Namespace) -> int:
         f"stored in chdb://{chdb_dir}"
     )
     print(format_step_table(rows))
+    print()
+    print(job_report(trace, meta, args.dir / "heatmap.png"))
     return 0
+
+
+def job_report(trace: Trace, meta: JobMeta, heatmap: Path) -> str:
+    """The whole job through the same engine offline: verdict, blame and the heatmap."""
+    from rankwatch.sim import analyse
+    from rankwatch.sim.heatmap import render_heatmap
+    from rankwatch.sim.summary import describe
+
+    analysis = analyse(trace, meta)
+    heatmap.write_bytes(render_heatmap(analysis, title="rankwatch demo: S_w per worker"))
+    return f"{describe(analysis)}\nworker heatmap (S_w, DP x PP): {heatmap}"
 
 
 def format_step_table(rows: list[dict[str, Any]]) -> str:
