@@ -150,18 +150,12 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
         raise ModelError(f"no ideal cost for op type(s): {', '.join(missing)}")
     cost = measured.cost_NSD
     groups = _groups(graph)
-    masks = np.concatenate(
-        [np.ones((graph.size, 1), bool), np.zeros((graph.size, 1), bool), *groups.values()],
-        axis=1,
-    )
-    t_XS = _simulate_chunked(graph, cost, ideal_N, masks)
+    masks = np.concatenate([np.zeros((graph.size, 1), bool), *groups.values()], axis=1)
+    t_XS = _simulate_chunked(graph, cost, ideal_N, masks)  # ideal, then each group real
     t_dp = simulate(graph, one_rank_real(graph, cost, ideal_N))
-    rows = graph.plan_nodes
-    replay = simulate(
-        graph, recorded_costs(graph, measured.exact_cost_NSD), measured.exact_delay_NSD[rows]
-    )[0]
-    attribution = _attribution(graph, groups, t_XS[2:], t_dp)
-    simulated, ideal_S = t_XS[0], t_XS[1]
+    replay, simulated = _recorded(graph, measured)
+    attribution = _attribution(graph, groups, t_XS[1:], t_dp)
+    ideal_S = t_XS[0].astype(np.float64)
     worker = _worker_scores(attribution, ideal_S, graph)
     top = _top_workers(worker)
     fixed = _fixed(graph, cost, ideal_N, top)
@@ -180,6 +174,16 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
         replay_error=float(np.abs(replay - measured.base_S).max()),
         ideal=ideal,
     )
+
+
+def _recorded(graph: OpGraph, measured: Measured) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 step times of the recorded costs: with launch delays (replay), without (T)."""
+    rows = graph.plan_nodes
+    delay = np.zeros((graph.size, 2, *measured.cost_NSD.shape[1:]))
+    delay[:, 0] = measured.exact_delay_NSD[rows]
+    costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD)
+    both = simulate(graph, costs, delay)
+    return both[0], both[1]
 
 
 def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:

@@ -88,9 +88,10 @@ def one_rank_real(
     return Costs(blocks_BF=real.reshape(r * d, s * width), pick_RX=pick, lanes=(d, s, width))
 
 
-def recorded_costs(graph: OpGraph, cost_NSD: np.ndarray) -> Costs:
-    """One scenario, the given costs as they are (float64: the replay check)."""
+def recorded_costs(graph: OpGraph, exact_NSD: np.ndarray, clamped_NSD: np.ndarray) -> Costs:
+    """Two float64 scenarios of recorded costs: as measured (replay), and clamped at 0 (T)."""
     rows = graph.plan_nodes
-    r, s, d = cost_NSD.shape
-    blocks = cost_NSD[rows].reshape(r, s * d)
-    return Costs(blocks_BF=blocks, pick_RX=np.arange(r)[:, None], lanes=(1, s, d))
+    r, s, d = exact_NSD.shape
+    blocks = np.concatenate([exact_NSD[rows], clamped_NSD[rows]]).reshape(2 * r, s * d)
+    pick = np.stack([np.arange(r), r + np.arange(r)], axis=1)
+    return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(2, s, d))

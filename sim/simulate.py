@@ -22,12 +22,12 @@ from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.scenarios import Costs
 
 
-def simulate(graph: OpGraph, costs: Costs, delay_RSD: np.ndarray | None = None) -> np.ndarray:
+def simulate(graph: OpGraph, costs: Costs, delay_RXSD: np.ndarray | None = None) -> np.ndarray:
     """Step times ``(X, S)``: the latest end of the final ops over all DP ranks.
 
     ``costs``: duration (compute ops) or transfer duration (communication ops) per plan
     row and lane; their dtype is the arithmetic's (float32 halves the memory traffic).
-    ``delay_RSD``: launch delays in plan order, or None for none.
+    ``delay_RXSD``: launch delays in plan order (broadcastable to the lanes), or None.
     """
     n, lanes, dtype = graph.size, costs.lanes, costs.blocks_BF.dtype
     start = np.empty((n, *lanes), dtype=dtype)
@@ -38,8 +38,8 @@ def simulate(graph: OpGraph, costs: Costs, delay_RSD: np.ndarray | None = None) 
         begin, mid, wide, stop = lv.begin, lv.compute_end, lv.local_end, lv.end
         first = start[begin:stop]
         _latest(end, lv.dep_rows, first)
-        if delay_RSD is not None:
-            first += delay_RSD[begin:stop, None]
+        if delay_RXSD is not None:
+            first += delay_RXSD[begin:stop]
         if mid > begin:
             np.add(start[begin:mid], costs.rows(begin, mid), out=end[begin:mid])
         if wide > mid:
