@@ -92,7 +92,7 @@ class Store:
     @classmethod
     def connect(cls, dsn: str, database: str | None = None) -> Store:
         """Open ``dsn`` (see the module doc). The database is ``database``, else the one
-        in an HTTP DSN's path, else ``rankwatch``; it is created by :meth:`migrate`."""
+        in an HTTP DSN's path, else ``rankwatch``; it is created if missing."""
         scheme = urlsplit(dsn).scheme
         if scheme == "chdb":
             return cls._connect_chdb(dsn[len("chdb://") :], database)
@@ -121,7 +121,7 @@ class Store:
             if "already initialized with path" in why:
                 why = f"this process already has chDB open at another path ({why})"
             raise StoreError(f"cannot open chDB at {path or ':memory:'}: {why}") from exc
-        return cls(client, database, lock, f"chdb://{path or 'memory'}")
+        return cls(client, database, lock, f"chdb://{path or 'memory'}")._created()
 
     @classmethod
     def _connect_http(cls, dsn: str, database: str | None) -> Store:
@@ -134,7 +134,16 @@ class Store:
             client = clickhouse_connect.get_client(dsn=dsn, database="default", tz_mode="aware")
         except Exception as exc:
             raise StoreError(f"cannot reach ClickHouse at {where}: {_why(exc)}") from exc
-        return cls(client, database, None, where)
+        return cls(client, database, None, where)._created()
+
+    def _created(self) -> Store:
+        """Make sure the database exists, so queries work before :meth:`migrate`."""
+        try:
+            self._run(f"CREATE DATABASE IF NOT EXISTS {self.database}", use_database=False)
+        except StoreError:
+            self.close()
+            raise
+        return self
 
     def close(self) -> None:
         """Close the connection and release a chDB path lock (idempotent)."""
@@ -159,12 +168,11 @@ class Store:
     # -- schema -------------------------------------------------------------------------
 
     def migrate(self) -> list[str]:
-        """Create the database and apply every migration not yet applied, in order.
+        """Apply every migration not yet applied, in order.
 
         Returns the names applied now (empty when up to date). Refuses to go on when an
         applied migration's file has changed since.
         """
-        self._run(f"CREATE DATABASE IF NOT EXISTS {self.database}", use_database=False)
         self._run(ddl.BOOKKEEPING_DDL)
         rows = self.query(f"SELECT name, checksum FROM {ddl.BOOKKEEPING_TABLE}")
         applied = {row["name"]: row["checksum"] for row in rows}

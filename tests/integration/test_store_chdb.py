@@ -1,0 +1,231 @@
+"""The store on real embedded ClickHouse (chDB), a fresh data directory per test."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rankwatch.commands import db as db_command
+from rankwatch.schemas.ddl import migrations, tables
+from rankwatch.schemas.examples import T0_NS, example, example_batch
+from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.streams.store import Store, StoreError
+
+pytestmark = pytest.mark.integration
+
+NOW_NS = time.time_ns() // 10**9 * 10**9
+"""Rows of tables with a TTL must be recent, or ClickHouse drops them on insert."""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.connect(f"chdb://{tmp_path / 'chdb'}", database="rw_test") as opened:
+        opened.migrate()
+        yield opened
+
+
+def _steps_row(version: int, slowdown: float = 1.25) -> dict[str, object]:
+    row = CONTRACTS["steps"].row(
+        example("steps", slowdown=slowdown), analysed_at=datetime.now(UTC), version=version
+    )
+    return row
+
+
+def test_migrate_twice_the_second_is_a_no_op(tmp_path: Path) -> None:
+    with Store.connect(f"chdb://{tmp_path}") as store:
+        assert store.migrate() == [m.name for m in migrations()]
+        assert store.migrate() == []
+        present = {row["name"] for row in store.query("SHOW TABLES")}
+        assert present == {*tables(), "schema_migrations"}
+        assert store.query("SELECT count() AS n FROM schema_migrations") == [{"n": 1}]
+        assert store.database == "rankwatch"
+
+
+def test_migrate_refuses_an_applied_migration_that_changed(store: Store) -> None:
+    store.query("TRUNCATE TABLE schema_migrations")
+    store.insert("schema_migrations", [{"name": migrations()[0].name, "checksum": "0" * 64}])
+    with pytest.raises(StoreError, match="changed after it was applied"):
+        store.migrate()
+
+
+def test_columns_come_from_describe(store: Store) -> None:
+    assert [c.name for c in store.columns("steps")] == list(tables()["steps"].columns)
+
+
+def test_steps_insert_query_and_dedup_with_final(store: Store) -> None:
+    store.insert("steps", [_steps_row(version=1, slowdown=1.5)])
+    store.insert("steps", [_steps_row(version=2, slowdown=1.25)])  # a re-analysis
+    store.insert("steps", [_steps_row(version=2, slowdown=1.25)])  # a retried insert
+    rows = store.query(
+        "SELECT step, slowdown, version, missing_workers, waste, partial"
+        " FROM steps FINAL WHERE job = {job:String}",
+        {"job": "job-1"},
+    )
+    assert rows == [
+        {
+            "step": 3,
+            "slowdown": 1.25,
+            "version": 2,
+            "missing_workers": [],
+            "waste": 0.2,
+            "partial": 0,
+        }
+    ]
+
+
+def test_null_and_arrays(store: Store) -> None:
+    row = _steps_row(version=1)
+    row.update(waste=None, partial=True, missing_workers=["0,1", "3,2"])
+    store.insert("steps", [row])
+    (got,) = store.query("SELECT waste, partial, missing_workers FROM steps")
+    assert got == {"waste": None, "partial": 1, "missing_workers": ["0,1", "3,2"]}
+
+
+def test_datetime64_round_trips_in_utc(store: Store) -> None:
+    """ns ints and aware datetimes in any zone go in; aware UTC datetimes come out."""
+    ist = timezone(timedelta(hours=5, minutes=30))
+    analysed = datetime(2026, 3, 1, 17, 30, 0, 123000, tzinfo=ist)
+    row = _steps_row(version=1)
+    row.update(time=T0_NS + 456_789_000, analysed_at=analysed)
+    store.insert("steps", [row])
+    (got,) = store.query("SELECT time, analysed_at, toUnixTimestamp64Milli(time) AS ms FROM steps")
+    assert got["analysed_at"] == analysed
+    assert got["analysed_at"].utcoffset() == timedelta(0)
+    assert got["time"] == datetime(2024, 11, 19, 7, 6, 40, 456000, tzinfo=UTC)
+    assert got["ms"] == (T0_NS + 456_789_000) // 1_000_000
+    in_range = store.query(
+        "SELECT count() AS n FROM steps WHERE time >= {t:DateTime64(3, 'UTC')}",
+        {"t": datetime(2024, 11, 19, 7, 6, 40, tzinfo=UTC)},
+    )
+    assert in_range == [{"n": 1}]
+
+
+def test_naive_datetimes_are_refused(store: Store) -> None:
+    row = _steps_row(version=1)
+    row["analysed_at"] = datetime(2026, 1, 1)
+    with pytest.raises(StoreError, match="naive"):
+        store.insert("steps", [row])
+
+
+def test_ops_keep_ns_and_collapse_duplicates(store: Store) -> None:
+    batch = example_batch(200, extras=True, start_ns=NOW_NS + np.arange(200) * 1000)
+    plain = example_batch(5, rank=6, start_ns=NOW_NS + np.arange(5) * 7 + 1)
+    store.insert_ops([batch, plain])
+    store.insert_ops([batch])  # a hook retried the batch
+    (got,) = store.query(
+        "SELECT count() AS n, countIf(bytes IS NULL) AS no_bytes,"
+        " groupUniqArray(optype) AS optypes FROM ops FINAL"
+    )
+    assert got["n"] == 205
+    assert got["no_bytes"] == 5
+    assert sorted(got["optypes"]) == ["backward-compute", "forward-compute"]
+    ns = store.query("SELECT toUnixTimestamp64Nano(time) AS ns FROM ops WHERE rank = 6 ORDER BY ns")
+    assert [r["ns"] for r in ns] == (NOW_NS + np.arange(5) * 7 + 1).tolist()
+
+
+def test_dead_letter_insert(store: Store) -> None:
+    payload = b'{"schema": "ops", "version": 9' * 10
+    store.insert(
+        "dead_letters",
+        [
+            {
+                "time": NOW_NS,
+                "topic": "rankwatch.ops",
+                "partition": 3,
+                "offset": 1234,
+                "key": "job-1",
+                "reason": "unknown-version",
+                "detail": "$.version: 9; known: [1]",
+                "payload": payload[:64].decode(),
+                "payload_bytes": len(payload),
+            }
+        ],
+    )
+    (got,) = store.query("SELECT * FROM dead_letters")
+    assert got["reason"] == "unknown-version"
+    assert got["offset"] == 1234 and got["payload_bytes"] == len(payload)
+    assert len(got["payload"]) == 64
+
+
+def test_alert_rows_from_messages(store: Store) -> None:
+    store.insert("alerts", [CONTRACTS["alerts"].row(example("alerts"))])
+    (got,) = store.query("SELECT kind, state, evidence FROM alerts")
+    assert got == {
+        "kind": "hang",
+        "state": "firing",
+        "evidence": '{"culprit_ranks":[5],"waiting_ranks":[0,1,2,3]}',
+    }
+    with pytest.raises(StoreError):  # the CHECK constraint on kind
+        store.insert("alerts", [CONTRACTS["alerts"].row(example("alerts", kind="meltdown"))])
+
+
+def test_inserts_that_do_not_fit_the_table(store: Store) -> None:
+    with pytest.raises(StoreError, match="unknown columns"):
+        store.insert("steps", [{**_steps_row(1), "colour": "red"}])
+    row = _steps_row(1)
+    del row["t_base"]
+    with pytest.raises(StoreError, match=r"missing columns \['t_base'\]"):
+        store.insert("steps", [row])
+    with pytest.raises(StoreError, match="same columns"):
+        store.insert("steps", [_steps_row(1), {"job": "x"}])
+    with pytest.raises(StoreError):
+        store.insert("no_such_table", [{"a": 1}])
+    with pytest.raises(StoreError, match="identifier"):
+        store.columns("steps; DROP TABLE steps")
+
+
+def test_db_migrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(clickhouse=f"chdb://{tmp_path}", database="cli_db")
+    assert db_command.run_migrate(args) == 0
+    assert db_command.run_migrate(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"applied {migrations()[0].name}"
+    assert out[1].endswith("(1 migration(s) applied now)")
+    assert out[2].endswith("(0 migration(s) applied now)")
+
+
+def test_a_path_held_by_another_process_is_refused(tmp_path: Path) -> None:
+    holder = textwrap.dedent(
+        f"""
+        import sys, time
+        from rankwatch.streams.store import Store
+        store = Store.connect("chdb://{tmp_path}")
+        print("ready", flush=True)
+        sys.stdin.read()
+        store.close()
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError, match=f"in use by another process \\(pid {proc.pid}\\)"):
+            Store.connect(f"chdb://{tmp_path}")
+    finally:
+        proc.communicate("", timeout=60)
+    with Store.connect(f"chdb://{tmp_path}") as store:  # free again once the holder exits
+        assert store.query("SELECT 1 AS one") == [{"one": 1}]
+
+
+def test_unreachable_server_is_a_store_error() -> None:
+    with pytest.raises(
+        StoreError, match=re.escape("cannot reach ClickHouse at http://127.0.0.1:1/db")
+    ) as caught:
+        Store.connect("http://user:secret@127.0.0.1:1/db")
+    assert "secret" not in str(caught.value)
+
+
+def test_bad_dsn() -> None:
+    with pytest.raises(StoreError, match="DSN"):
+        Store.connect("postgres://localhost/x")
