@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -36,9 +37,11 @@ def test_bad_messages_land_in_the_dead_letter_table(tmp_path: Path) -> None:
         store.migrate()
         pipeline = Pipeline()
         sink = TableSink(store)
-        for data in (b"not json", b'{"schema": "ops", "version": 7}'):
-            sink.write(pipeline.on_message(data, Source("rankwatch.ops", 0, 41, b"j"), 0))
-        run_embedded(replay_batches(trace, meta, "j", origin_ns=10**18), pipeline, sink)
+        now = time.time_ns()  # rows older than the tables' TTL would vanish
+        for offset, data in enumerate((b"not json", b'{"schema": "ops", "version": 7}'), 41):
+            source = Source("rankwatch.ops", 0, offset, b"j")
+            sink.write(pipeline.on_message(data, source, now))
+        run_embedded(replay_batches(trace, meta, "j", origin_ns=now), pipeline, sink)
         letters = store.query("SELECT reason, offset, payload FROM dead_letters ORDER BY reason")
         steps = store.query("SELECT count() AS n FROM steps FINAL WHERE job = 'j'")
     assert [r["reason"] for r in letters] == ["malformed-json", "unknown-version"]
