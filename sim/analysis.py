@@ -23,7 +23,7 @@ from rankwatch.sim.errors import ModelError
 from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.ideal import IdealCosts, ideal_costs
 from rankwatch.sim.inference import infer_graph
-from rankwatch.sim.scenarios import fixed_costs, masked_costs, one_rank_real, recorded_costs
+from rankwatch.sim.scenarios import masked_costs, one_rank_real, recorded_costs
 from rankwatch.sim.simulate import simulate
 from rankwatch.sim.trace import JobMeta, Trace
 
@@ -153,12 +153,11 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
     masks = np.concatenate([np.zeros((graph.size, 1), bool), *groups.values()], axis=1)
     t_XS = _simulate_chunked(graph, cost, ideal_N, masks)  # ideal, then each group real
     t_dp = simulate(graph, one_rank_real(graph, cost, ideal_N))
-    replay, simulated = _recorded(graph, measured)
     attribution = _attribution(graph, groups, t_XS[1:], t_dp)
     ideal_S = t_XS[0].astype(np.float64)
     worker = _worker_scores(attribution, ideal_S, graph)
     top = _top_workers(worker)
-    fixed = _fixed(graph, cost, ideal_N, top)
+    replay, simulated, *fixed = _recorded(graph, measured, ideal_N, top)
     return Analysis(
         steps=measured.steps,
         dp_size=graph.dp_size,
@@ -176,14 +175,17 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
     )
 
 
-def _recorded(graph: OpGraph, measured: Measured) -> tuple[np.ndarray, np.ndarray]:
-    """Float64 step times of the recorded costs: with launch delays (replay), without (T)."""
-    rows = graph.plan_nodes
-    delay = np.zeros((graph.size, 2, *measured.cost_NSD.shape[1:]))
-    delay[:, 0] = measured.exact_delay_NSD[rows]
-    costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD)
-    both = simulate(graph, costs, delay)
-    return both[0], both[1]
+def _recorded(
+    graph: OpGraph, measured: Measured, ideal_N: np.ndarray, top: tuple[tuple[int, int], ...]
+) -> np.ndarray:
+    """Float64 step times ``(4, S)`` of the recorded costs: the replay (with launch
+    delays), T (without), T with the top workers fixed, T with the last stage fixed."""
+    fixed = np.zeros((graph.size, 2, graph.dp_size), bool)
+    for d, p in top:
+        fixed[graph.stage == p, 0, d] = True
+    fixed[graph.stage == graph.pp_size - 1, 1, :] = True
+    costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD, ideal_N, fixed)
+    return simulate(graph, costs, measured.exact_delay_NSD[graph.plan_nodes], delayed=1)
 
 
 def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
@@ -239,17 +241,6 @@ def _top_workers(worker_DP: np.ndarray) -> tuple[tuple[int, int], ...]:
     order = np.argsort(-worker_DP, axis=None, kind="stable")[:count]
     d, p = np.unravel_index(order, worker_DP.shape)
     return tuple((int(i), int(j)) for i, j in zip(d, p, strict=True))
-
-
-def _fixed(
-    graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, top: tuple[tuple[int, int], ...]
-) -> np.ndarray:
-    """Step times (2, S) with real costs except: the top workers / the last stage ideal."""
-    fixed = np.zeros((graph.size, 2, graph.dp_size), bool)
-    for d, p in top:
-        fixed[graph.stage == p, 0, d] = True
-    fixed[graph.stage == graph.pp_size - 1, 1, :] = True
-    return simulate(graph, fixed_costs(graph, cost, ideal_N, fixed))
 
 
 def _share_fixed(t: np.ndarray, t_fix: np.ndarray, t_ideal: np.ndarray) -> float:

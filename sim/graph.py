@@ -45,9 +45,10 @@ class Level:
     The simulator keeps its time tables in *plan order*: each level's ops occupy the
     consecutive rows ``begin:end`` (compute ops, then groups inside one DP rank, then
     groups spanning DP ranks), so results are written into slices, not scattered.
-    ``dep_rows`` (L, K): plan rows of the dependencies' end times, padded with N (the
-    step start, 0). ``*_members``: plan rows of the group members' start times, padded
-    with the op's own row. ``nodes``: the graph's op ids of rows ``begin:end``.
+    ``compute_deps`` / ``comm_deps`` (L, K): plan rows of the dependencies' end times
+    for the level's compute / communication ops, padded with N (the step start, 0).
+    ``*_members``: plan rows of the group members' start times, padded with the op's
+    own row. ``nodes``: the graph's op ids of rows ``begin:end``.
     """
 
     begin: int
@@ -55,7 +56,8 @@ class Level:
     local_end: int
     end: int
     nodes: np.ndarray
-    dep_rows: np.ndarray
+    compute_deps: np.ndarray
+    comm_deps: np.ndarray
     local_members: np.ndarray
     wide_members: np.ndarray
 

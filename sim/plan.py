@@ -124,7 +124,8 @@ def _level(
         local_end=begin + int(counts[0] + counts[1]),
         end=begin + nodes.size,
         nodes=nodes,
-        dep_rows=padded([row[deps[i]] for i in nodes.tolist()], n),
+        compute_deps=padded([row[deps[i]] for i in nodes[: counts[0]].tolist()], n),
+        comm_deps=padded([row[deps[i]] for i in nodes[counts[0] :].tolist()], n),
         local_members=padded([row[groups[i]] for i in local.tolist()], row[local]),
         wide_members=padded([row[groups[i]] for i in wide.tolist()], row[wide]),
     )

@@ -50,24 +50,6 @@ def masked_costs(
     return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(real_NX.shape[1], s, d))
 
 
-def fixed_costs(
-    graph: OpGraph,
-    cost_NSD: np.ndarray,
-    ideal_N: np.ndarray,
-    fixed_NXD: np.ndarray,
-    dtype: type = np.float32,
-) -> Costs:
-    """Scenario x: real costs, except the ideal where ``fixed_NXD[n, x, d]``."""
-    rows = graph.plan_nodes
-    r, s, d = cost_NSD.shape
-    x = fixed_NXD.shape[1]
-    real = cost_NSD[rows].astype(dtype)[:, None]  # (R, 1, S, D)
-    ideal = ideal_N[rows].astype(dtype)[:, None, None, None]
-    table = np.where(fixed_NXD[rows][:, :, None, :], ideal, real)  # (R, X, S, D)
-    pick = np.arange(r * x).reshape(r, x)
-    return Costs(blocks_BF=table.reshape(r * x, s * d), pick_RX=pick, lanes=(x, s, d))
-
-
 def one_rank_real(
     graph: OpGraph, cost_NSD: np.ndarray, ideal_N: np.ndarray, dtype: type = np.float32
 ) -> Costs:
@@ -88,10 +70,23 @@ def one_rank_real(
     return Costs(blocks_BF=real.reshape(r * d, s * width), pick_RX=pick, lanes=(d, s, width))
 
 
-def recorded_costs(graph: OpGraph, exact_NSD: np.ndarray, clamped_NSD: np.ndarray) -> Costs:
-    """Two float64 scenarios of recorded costs: as measured (replay), and clamped at 0 (T)."""
+def recorded_costs(
+    graph: OpGraph,
+    exact_NSD: np.ndarray,
+    clamped_NSD: np.ndarray,
+    ideal_N: np.ndarray,
+    fixed_NXD: np.ndarray,
+) -> Costs:
+    """Float64 scenarios of recorded costs: as measured (the replay), clamped at 0 (T),
+    then clamped with the ideal where ``fixed_NXD[n, x, d]`` (what fixing a group gives).
+    """
     rows = graph.plan_nodes
     r, s, d = exact_NSD.shape
-    blocks = np.concatenate([exact_NSD[rows], clamped_NSD[rows]]).reshape(2 * r, s * d)
-    pick = np.stack([np.arange(r), r + np.arange(r)], axis=1)
-    return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(2, s, d))
+    x = 2 + fixed_NXD.shape[1]
+    table = np.empty((r, x, s, d))
+    table[:, 0] = exact_NSD[rows]
+    table[:, 1] = clamped_NSD[rows]
+    ideal = ideal_N[rows][:, None, None, None]
+    table[:, 2:] = np.where(fixed_NXD[rows][:, :, None, :], ideal, clamped_NSD[rows][:, None])
+    pick = np.arange(r * x).reshape(r, x)
+    return Costs(blocks_BF=table.reshape(r * x, s * d), pick_RX=pick, lanes=(x, s, d))

@@ -22,26 +22,37 @@ from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.scenarios import Costs
 
 
-def simulate(graph: OpGraph, costs: Costs, delay_RXSD: np.ndarray | None = None) -> np.ndarray:
+def simulate(
+    graph: OpGraph,
+    costs: Costs,
+    delay_RSD: np.ndarray | None = None,
+    delayed: int = 1,
+) -> np.ndarray:
     """Step times ``(X, S)``: the latest end of the final ops over all DP ranks.
 
     ``costs``: duration (compute ops) or transfer duration (communication ops) per plan
     row and lane; their dtype is the arithmetic's (float32 halves the memory traffic).
-    ``delay_RXSD``: launch delays in plan order (broadcastable to the lanes), or None.
+    ``delay_RSD``: launch delays in plan order, added on the first ``delayed``
+    scenarios only; None for none.
     """
     n, lanes, dtype = graph.size, costs.lanes, costs.blocks_BF.dtype
-    start = np.empty((n, *lanes), dtype=dtype)
+    start = np.empty((n, *lanes), dtype=dtype)  # read only for communication ops
     end = np.empty((n + 1, *lanes), dtype=dtype)
     end[n] = 0.0  # the step start
     for lv in graph.levels:
         # plan rows: [begin, mid) compute ops, [mid, wide) local groups, [wide, stop) DP-wide
         begin, mid, wide, stop = lv.begin, lv.compute_end, lv.local_end, lv.end
-        first = start[begin:stop]
-        _latest(end, lv.dep_rows, first)
-        if delay_RXSD is not None:
-            first += delay_RXSD[begin:stop]
         if mid > begin:
-            np.add(start[begin:mid], costs.rows(begin, mid), out=end[begin:mid])
+            done = end[begin:mid]
+            _latest(end, lv.compute_deps, done)
+            if delay_RSD is not None:
+                done[:, :delayed] += delay_RSD[begin:mid, None]
+            done += costs.rows(begin, mid)
+        if stop > mid:
+            first = start[mid:stop]
+            _latest(end, lv.comm_deps, first)
+            if delay_RSD is not None:
+                first[:, :delayed] += delay_RSD[mid:stop, None]
         if wide > mid:
             _latest(start, lv.local_members, end[mid:wide])
             end[mid:wide] += costs.rows(mid, wide)

@@ -229,3 +229,21 @@ def test_unreachable_server_is_a_store_error() -> None:
 def test_bad_dsn() -> None:
     with pytest.raises(StoreError, match="DSN"):
         Store.connect("postgres://localhost/x")
+
+
+def test_stores_of_one_process_share_a_path(tmp_path: Path) -> None:
+    with (
+        Store.connect(f"chdb://{tmp_path}") as first,
+        Store.connect(f"chdb://{tmp_path}/") as second,
+    ):
+        first.migrate()
+        first.insert("steps", [_steps_row(version=1)])
+        assert second.query("SELECT count() AS n FROM steps") == [{"n": 1}]
+    with Store.connect(f"chdb://{tmp_path}") as again:  # the lock went with the last one
+        assert again.query("SELECT count() AS n FROM steps") == [{"n": 1}]
+
+
+def test_in_memory() -> None:
+    with Store.connect("chdb://memory", database="scratch") as store:
+        assert store.migrate() == [m.name for m in migrations()]
+        assert store.where == "chdb://memory"
