@@ -6,13 +6,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: demo test lint typecheck unit integration venv install kafka-fetch clean
+.PHONY: demo test lint typecheck unit integration wheel-check venv install kafka-fetch clean
 
 demo: install
 	$(VENV)/bin/rankwatch demo
 
 test: install kafka-fetch lint typecheck
 	$(PY) -m pytest -p no:cacheprovider --timeout=600 tests
+	$(MAKE) --no-print-directory wheel-check
 
 lint: install
 	$(PY) -m ruff check .
@@ -26,6 +27,16 @@ unit: install
 
 integration: install kafka-fetch
 	$(PY) -m pytest -p no:cacheprovider -m integration tests
+
+# The unit suite once more against the built wheel (not the link tree), so packaging
+# cannot rot unnoticed.
+WHEEL_TREE := build/wheel-tree
+wheel-check: install
+	rm -rf build/wheel $(WHEEL_TREE)
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir build/wheel .
+	$(PY) -m zipfile -e build/wheel/rankwatch-*.whl $(WHEEL_TREE)
+	PYTHONPATH=$(WHEEL_TREE) RANKWATCH_EXPECT_WHEEL=$(WHEEL_TREE) \
+		$(PY) -m pytest -p no:cacheprovider -q -m "not integration" tests/unit
 
 venv: $(STAMP)
 
