@@ -10,7 +10,7 @@ TOPICS: dict[str, str] = {
     "steps": "rankwatch.steps",
     "alerts": "rankwatch.alerts",
 }
-"""Message kind -> topic. ``ops`` and ``metrics`` are keyed by job (one worker owns a job)."""
+"""Message kind -> topic. Messages are keyed by job, so one worker owns a job's state."""
 
 DEAD_LETTER_TOPIC = "rankwatch.dead-letters"
 """Where a worker may republish a message it could not decode (the ``dead_letters`` table

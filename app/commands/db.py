@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
-
-DEFAULT_DSN = "chdb://var/chdb"
-"""Embedded chDB under ./var/chdb unless --clickhouse or $RANKWATCH_CLICKHOUSE says otherwise."""
 
 
 def register(subparsers: Any) -> None:
@@ -16,28 +12,31 @@ def register(subparsers: Any) -> None:
     migrate = actions.add_parser(
         "migrate",
         help="apply the migrations not yet applied (idempotent)",
-        description="Create the database and apply, in order, every migration of"
-        " rankwatch/schemas/migrations not yet recorded in schema_migrations.",
+        description="Create the database if needed and apply, in order, every migration of"
+        " rankwatch/schemas/migrations not yet recorded in its schema_migrations table.",
     )
     migrate.add_argument(
         "--clickhouse",
         metavar="DSN",
-        default=os.environ.get("RANKWATCH_CLICKHOUSE", DEFAULT_DSN),
         help="chdb://<dir> (embedded) or http(s)://user:pw@host:port/db"
-        f" (default: $RANKWATCH_CLICKHOUSE or {DEFAULT_DSN})",
+        " (default: $RANKWATCH_CLICKHOUSE, else chdb://var/chdb)",
     )
     migrate.add_argument(
-        "--database", default=None, help="database name (default: from the DSN, else rankwatch)"
+        "--database", help="database name (default: $RANKWATCH_DATABASE, else rankwatch)"
     )
     migrate.set_defaults(func=run_migrate)
 
 
 def run_migrate(args: argparse.Namespace) -> int:
+    from rankwatch.config import load_config
     from rankwatch.errors import UserError
     from rankwatch.streams.store import Store, StoreError
 
+    config = load_config().clickhouse
     try:
-        with Store.connect(args.clickhouse, args.database) as store:
+        with Store.connect(
+            args.clickhouse or config.dsn, args.database or config.database
+        ) as store:
             applied = store.migrate()
             where = f"{store.where} database {store.database}"
     except StoreError as exc:
