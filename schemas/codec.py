@@ -62,12 +62,7 @@ def encode(
     """
     if validate:
         _check_message(kind, message)
-    try:
-        data = orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY)
-    except TypeError as exc:  # orjson.JSONEncodeError: an unserialisable value
-        raise InvalidMessage("schema", f"cannot serialise: {exc}") from None
-    _check_size(data, max_bytes)
-    return data
+    return _dumps(message, max_bytes)
 
 
 def decode(
@@ -116,9 +111,7 @@ def encode_ops(batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     message["ops"] = groups["ops"]
     if groups["extra"]:
         message["extra"] = groups["extra"]
-    data = orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY)
-    _check_size(data, max_bytes)
-    return data
+    return _dumps(message, max_bytes)
 
 
 def decode_ops(
@@ -205,6 +198,15 @@ def _plain(value: Any) -> Any:
 
 
 # -- shared steps -----------------------------------------------------------------------
+
+
+def _dumps(message: Mapping[str, Any], max_bytes: int) -> bytes:
+    try:
+        data = orjson.dumps(message, option=orjson.OPT_SERIALIZE_NUMPY)
+    except TypeError as exc:  # orjson.JSONEncodeError: a lone surrogate, an odd type...
+        raise InvalidMessage("schema", f"cannot serialise: {exc}") from None
+    _check_size(data, max_bytes)
+    return data
 
 
 def _parse(data: bytes | bytearray | memoryview, max_bytes: int) -> Any:

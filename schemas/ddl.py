@@ -5,7 +5,9 @@
 file's statements are separated by a line holding only ``;``, so a ``;`` inside a
 string or comment can never split a statement. Table names are unqualified: the store
 runs them inside the configured database. Never edit an applied migration (the store
-refuses one whose checksum changed); add the next number instead.
+refuses one whose checksum changed); add the next number instead. Write every statement
+so that running it twice is harmless (``IF NOT EXISTS``...): two processes starting at
+once against one server may both apply a migration.
 """
 
 from __future__ import annotations

@@ -160,6 +160,12 @@ def test_encode_checks_the_batch() -> None:
     assert caught.value.reason == "schema"
 
 
+def test_unserialisable_text_is_invalid() -> None:
+    with pytest.raises(InvalidMessage) as caught:
+        encode_ops(example_batch(2, stream=np.array(["ok", "\ud800"], dtype=object)))
+    assert caught.value.reason == "schema"
+
+
 def test_numpy_header_values_are_accepted() -> None:
     batch = example_batch(4, rank=np.int64(7), sent_ns=np.int64(5))
     assert decode_ops(encode_ops(batch)).rank == 7
