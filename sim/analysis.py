@@ -178,13 +178,9 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
 def _recorded(
     graph: OpGraph, measured: Measured, ideal_N: np.ndarray, top: tuple[tuple[int, int], ...]
 ) -> np.ndarray:
-    """Float64 step times ``(4, S)`` of the recorded costs: the replay (with launch
-    delays), T (without), T with the top workers fixed, T with the last stage fixed."""
-    fixed = np.zeros((graph.size, 2, graph.dp_size), bool)
-    for d, p in top:
-        fixed[graph.stage == p, 0, d] = True
-    fixed[graph.stage == graph.pp_size - 1, 1, :] = True
-    costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD, ideal_N, fixed)
+    """Float64 step times ``(4, S)``: the replay (recorded costs and launch delays, not
+    clamped), T (launch delays 0), T with the top workers fixed, with the last stage fixed."""
+    costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD, ideal_N, top)
     return simulate(graph, costs, measured.exact_delay_NSD[graph.plan_nodes], delayed=1)
 
 
@@ -203,6 +199,7 @@ def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
 def _simulate_chunked(
     graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, masks: np.ndarray
 ) -> np.ndarray:
+    """Step times ``(X, S)`` of the masked scenarios, a memory-bounded chunk at a time."""
     per_scenario = graph.size * cost.shape[1] * cost.shape[2]
     chunk = max(1, _MAX_CELLS // max(per_scenario, 1))
     parts = [

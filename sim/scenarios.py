@@ -7,11 +7,12 @@ block to use. The simulator gathers a level's blocks when it needs them, so the 
 ``(R, X, S, D)`` cost table never exists (it would be the largest array of a pass).
 
 Legend: N ops (graph order), R plan rows, S steps, D DP ranks, X scenarios,
-F = S * D' values of one block (D' = the lanes' last axis).
+F = S * D' values of one block (D' = the lanes' last axis), C candidates.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,25 +30,38 @@ class Costs:
 
     def rows(self, begin: int, end: int) -> np.ndarray:
         """Costs of plan rows ``begin:end`` on every lane: ``(L, X, S, D')``."""
-        picked = np.take(self.blocks_BF, self.pick_RX[begin:end], axis=0)
+        picked = np.take(self.blocks_BF, self.pick_RX[begin:end], axis=0, mode="clip")
         return picked.reshape(end - begin, *self.lanes)
 
 
-def masked_costs(
+def choose(
     graph: OpGraph,
-    cost_NSD: np.ndarray,
-    ideal_N: np.ndarray,
-    real_NX: np.ndarray,
+    candidates: Sequence[np.ndarray],
+    pick_NX: np.ndarray,
     dtype: type = np.float32,
 ) -> Costs:
-    """Scenario x keeps the real cost of op n where ``real_NX[n, x]``, else the ideal."""
+    """Scenario x gives op n the cost ``candidates[pick_NX[n, x]][n]``.
+
+    A candidate is ``(N, S, D)`` (a cost per step and rank) or ``(N,)`` (one per op).
+    """
     rows = graph.plan_nodes
-    r, s, d = cost_NSD.shape
-    blocks = np.empty((2 * r, s * d), dtype=dtype)
-    blocks[:r] = cost_NSD[rows].reshape(r, s * d)
-    blocks[r:] = ideal_N[rows][:, None]
-    pick = np.arange(r)[:, None] + r * (~real_NX[rows]).astype(np.int64)
-    return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(real_NX.shape[1], s, d))
+    r = rows.size
+    s, d = next(c.shape[1:] for c in candidates if c.ndim == 3)
+    blocks = np.empty((len(candidates) * r, s * d), dtype=dtype)
+    for k, cand in enumerate(candidates):
+        values = cand[rows]
+        blocks[k * r : (k + 1) * r] = (
+            values.reshape(r, s * d) if values.ndim == 3 else values[:, None]
+        )
+    pick = pick_NX[rows] * r + np.arange(r)[:, None]
+    return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(pick_NX.shape[1], s, d))
+
+
+def masked_costs(
+    graph: OpGraph, cost_NSD: np.ndarray, ideal_N: np.ndarray, real_NX: np.ndarray
+) -> Costs:
+    """Scenario x keeps the real cost of op n where ``real_NX[n, x]``, else the ideal."""
+    return choose(graph, (cost_NSD, ideal_N), (~real_NX).astype(np.int64))
 
 
 def one_rank_real(
@@ -75,18 +89,17 @@ def recorded_costs(
     exact_NSD: np.ndarray,
     clamped_NSD: np.ndarray,
     ideal_N: np.ndarray,
-    fixed_NXD: np.ndarray,
+    workers: Sequence[tuple[int, int]],
 ) -> Costs:
-    """Float64 scenarios of recorded costs: as measured (the replay), clamped at 0 (T),
-    then clamped with the ideal where ``fixed_NXD[n, x, d]`` (what fixing a group gives).
-    """
-    rows = graph.plan_nodes
-    r, s, d = exact_NSD.shape
-    x = 2 + fixed_NXD.shape[1]
-    table = np.empty((r, x, s, d))
-    table[:, 0] = exact_NSD[rows]
-    table[:, 1] = clamped_NSD[rows]
-    ideal = ideal_N[rows][:, None, None, None]
-    table[:, 2:] = np.where(fixed_NXD[rows][:, :, None, :], ideal, clamped_NSD[rows][:, None])
-    pick = np.arange(r * x).reshape(r, x)
-    return Costs(blocks_BF=table.reshape(r * x, s * d), pick_RX=pick, lanes=(x, s, d))
+    """Four float64 scenarios of recorded costs: as measured (the replay, which must
+    hit the recorded times), clamped at 0 (T), and T with fixes: these (dp_rank, stage)
+    workers ideal (M_W), the last stage ideal (M_S)."""
+    with_workers = clamped_NSD.copy()
+    for d, p in workers:
+        on_stage = graph.stage == p
+        with_workers[on_stage, :, d] = ideal_N[on_stage][:, None]
+    pick = np.empty((graph.size, 4), dtype=np.int64)
+    pick[:] = (0, 1, 3, 1)
+    pick[graph.stage == graph.pp_size - 1, 3] = 2
+    candidates = (exact_NSD, clamped_NSD, ideal_N, with_workers)
+    return choose(graph, candidates, pick, dtype=np.float64)
