@@ -58,8 +58,18 @@ def test_migrate_refuses_an_applied_migration_that_changed(store: Store) -> None
         store.migrate()
 
 
-def test_columns_come_from_describe(store: Store) -> None:
-    assert [c.name for c in store.columns("steps")] == list(tables()["steps"].columns)
+def test_the_engine_sees_the_declared_tables(store: Store) -> None:
+    """What ClickHouse reports after migrating is what the DDL reader (and so every
+    schema/DDL unit test) saw in the files."""
+    for name, declared in tables().items():
+        described = {c.name: c.type for c in store.columns(name)}
+        assert described == declared.columns, name
+        engine = store.query(
+            "SELECT sorting_key FROM system.tables"
+            " WHERE database = {db:String} AND name = {t:String}",
+            {"db": store.database, "t": name},
+        )
+        assert tuple(engine[0]["sorting_key"].split(", ")) == declared.order_by, name
 
 
 def test_steps_insert_query_and_dedup_with_final(store: Store) -> None:
