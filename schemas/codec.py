@@ -70,7 +70,11 @@ def decode(
 ) -> dict[str, Any]:
     """Parse and validate one message of ``kind``; returns the plain dict."""
     message = _parse(data, max_bytes)
-    _check_message(kind, message)
+    if kind == "ops":
+        _check_identity(kind, message)
+        _batch_from_message(message, bools_possible=_has_bool_literal(data))
+    else:
+        _check_message(kind, message)
     return message
 
 
@@ -120,7 +124,15 @@ def decode_ops(
     """Parse and validate an ops message into an :class:`OpBatch`."""
     message = _parse(data, max_bytes)
     _check_identity("ops", message)
-    return _batch_from_message(message)
+    return _batch_from_message(message, bools_possible=_has_bool_literal(data))
+
+
+def _has_bool_literal(data: bytes | bytearray | memoryview) -> bool:
+    """Whether a JSON boolean can be anywhere in ``data``: a byte search, far cheaper than
+    looking at the type of every decoded number (strings holding "true" only cost the
+    fast path, never correctness)."""
+    raw = data if isinstance(data, bytes | bytearray) else bytes(data)
+    return b"true" in raw or b"false" in raw
 
 
 @dataclass(frozen=True)
@@ -153,7 +165,7 @@ def _ops_rules() -> _OpsRules:
     )
 
 
-def _batch_from_message(message: Mapping[str, Any]) -> OpBatch:
+def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = True) -> OpBatch:
     rules = _ops_rules()
     if not rules.envelope_ok(message):
         _validate(rules.envelope, message)
@@ -167,7 +179,7 @@ def _batch_from_message(message: Mapping[str, Any]) -> OpBatch:
     for spec in rules.specs:
         values = message.get(spec.group, {}).get(spec.name)
         if values is not None:
-            read[spec.name] = cols.read_column(spec, values)
+            read[spec.name] = cols.read_column(spec, values, bools_possible=bools_possible)
     steps_done = tuple((d["step"], d["n_ops"]) for d in message.get("steps_done", ()))
     return OpBatch(**read, steps_done=steps_done)
 

@@ -9,6 +9,7 @@ added to the schema can never be silently skipped.
 
 from __future__ import annotations
 
+import array
 import copy
 import math
 from collections.abc import Mapping, Sequence
@@ -99,10 +100,19 @@ def _spec(group: str, name: str, items: Mapping[str, Any]) -> ColumnSpec:
 # -- from JSON lists (decode) ------------------------------------------------------------
 
 
-def read_column(spec: ColumnSpec, values: list[Any]) -> np.ndarray:
-    """A decoded JSON list as a checked numpy column, or :class:`InvalidMessage`."""
+def read_column(spec: ColumnSpec, values: list[Any], *, bools_possible: bool = True) -> np.ndarray:
+    """A decoded JSON list as a checked numpy column, or :class:`InvalidMessage`.
+
+    ``bools_possible=False`` is the caller's promise that the document held no ``true``
+    or ``false`` literal; numbers then skip the per-item type scan (see
+    :func:`_read_numbers_fast`).
+    """
     if spec.enum is not None:
         return _read_enum(spec, values)
+    if spec.type != "string" and not bools_possible:
+        fast = _read_numbers_fast(spec, values)
+        if fast is not None:
+            return check_column(spec, fast)
     types = set(map(type, values))
     if spec.type == "string":
         if types != {str}:
@@ -120,6 +130,17 @@ def read_column(spec: ColumnSpec, values: list[Any]) -> np.ndarray:
     else:
         _wrong_type(spec, values, (int, float) if spec.type == "number" else (int,))
     return check_column(spec, column)
+
+
+def _read_numbers_fast(spec: ColumnSpec, values: list[Any]) -> np.ndarray | None:
+    """``array.array`` converts in C and refuses, for integers, floats, strings, None and
+    lists (for numbers: all but ints and floats); only bools slip through, which the
+    caller has ruled out. None when it refuses: the exact path then names the fault."""
+    try:
+        converted = array.array("q" if spec.type == "integer" else "d", values)
+    except (TypeError, OverflowError):
+        return None
+    return np.frombuffer(converted, dtype=spec.dtype)
 
 
 def _read_enum(spec: ColumnSpec, values: list[Any]) -> np.ndarray:

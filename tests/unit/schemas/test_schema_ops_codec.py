@@ -230,3 +230,40 @@ def test_fastcheck_agrees_with_jsonschema(data: st.DataObject) -> None:
     else:
         del message[field]
     assert fast(message) == slow.is_valid(message)
+
+
+_NUMERIC_SPECS = {
+    spec.name: spec for spec in cols.column_specs(schema("ops")) if spec.type != "string"
+}
+_json_values = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-3, 3).map(float),
+    st.text(max_size=3),
+    st.none(),
+    st.lists(st.integers(), max_size=1),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(_NUMERIC_SPECS)), values=st.lists(_json_values, min_size=1))
+def test_fast_and_exact_column_reading_agree(name: str, values: list[Any]) -> None:
+    """Skipping the type scan (no bool literal in the document) changes no verdict."""
+    spec = _NUMERIC_SPECS[name]
+
+    def outcome(bools_possible: bool) -> tuple[str, list[Any] | None]:
+        try:
+            column = cols.read_column(spec, values, bools_possible=bools_possible)
+        except InvalidMessage as exc:
+            return exc.reason, None
+        assert column.dtype == spec.dtype
+        return "ok", column.tolist()
+
+    assert outcome(False) == outcome(True)
+
+
+def test_a_bool_is_caught_even_when_strings_say_true() -> None:
+    message = example("ops", job="true-north")
+    message["ops"]["chunk"] = [0, False]
+    assert _reason(orjson.dumps(message)) == "schema"
+    assert decode_ops(orjson.dumps(example("ops", job="true-north"))).job == "true-north"
