@@ -48,7 +48,16 @@ _MEMORY = ("", "memory", ":memory:")
 
 class StoreError(RuntimeError):
     """ClickHouse unreachable, a chDB path held by another process, a failed statement
-    or an insert that does not fit its table. Workers retry with backoff on it."""
+    or an insert that does not fit its table.
+
+    ``transient`` is True when waiting may help (connection lost or refused, path held
+    by another process): a worker retries those with backoff. Otherwise the statement or
+    the data is at fault and a retry would fail the same way.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,9 @@ class Store:
         try:
             client = clickhouse_connect.get_client(dsn=dsn, database="default", tz_mode="aware")
         except Exception as exc:
-            raise StoreError(f"cannot reach ClickHouse at {where}: {_why(exc)}") from exc
+            raise StoreError(
+                f"cannot reach ClickHouse at {where}: {_why(exc)}", transient=_transient(exc)
+            ) from exc
         return cls(client, database, None, where)._created()
 
     def _created(self) -> Store:
@@ -229,6 +240,8 @@ class Store:
         lengths = {len(values) for values in columns.values()}
         if len(lengths) > 1:
             raise StoreError(f"insert into {table}: columns differ in length {sorted(lengths)}")
+        if lengths == {0}:
+            return
         data = [_to_engine(known[name], values) for name, values in columns.items()]
         try:
             self._client.insert(
@@ -239,7 +252,9 @@ class Store:
                 database=self.database,
             )
         except Exception as exc:
-            raise StoreError(f"insert into {table} at {self.where}: {_why(exc)}") from exc
+            raise StoreError(
+                f"insert into {table} at {self.where}: {_why(exc)}", transient=_transient(exc)
+            ) from exc
 
     def insert_ops(self, batches: Sequence[OpBatch]) -> None:
         """Op batches into the ``ops`` table, in one insert (header fields repeated)."""
@@ -255,7 +270,9 @@ class Store:
             result = self._client.query(sql, parameters=dict(parameters or {}))
             return list(result.named_results())
         except Exception as exc:
-            raise StoreError(f"query at {self.where}: {_why(exc)}") from exc
+            raise StoreError(
+                f"query at {self.where}: {_why(exc)}", transient=_transient(exc)
+            ) from exc
 
     def _run(self, statement: str, use_database: bool = True) -> None:
         if self._client is None:
@@ -265,7 +282,10 @@ class Store:
                 self._use_database()
             self._client.command(statement)
         except Exception as exc:
-            raise StoreError(f"{statement.splitlines()[0]} at {self.where}: {_why(exc)}") from exc
+            raise StoreError(
+                f"{statement.splitlines()[0]} at {self.where}: {_why(exc)}",
+                transient=_transient(exc),
+            ) from exc
 
     def _use_database(self) -> None:
         if self._client.database != self.database:
@@ -348,6 +368,13 @@ def _identifier(name: str) -> str:
     return name
 
 
+def _transient(exc: BaseException) -> bool:
+    """Connection-level failures (clickhouse-connect's OperationalError), not SQL or data."""
+    from clickhouse_connect.driver.exceptions import OperationalError
+
+    return isinstance(exc, OperationalError | ConnectionError | TimeoutError)
+
+
 def _why(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:500] or type(exc).__name__
@@ -381,7 +408,8 @@ class _PathLock:
                 raise StoreError(
                     f"chDB data path {path} is in use by another process (pid {holder});"
                     " one process owns a chDB path: stop it, or use another path, or a"
-                    " ClickHouse server (http://...) to share data"
+                    " ClickHouse server (http://...) to share data",
+                    transient=True,
                 ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)

@@ -175,8 +175,9 @@ def test_alert_rows_from_messages(store: Store) -> None:
         "state": "firing",
         "evidence": '{"culprit_ranks":[5],"waiting_ranks":[0,1,2,3]}',
     }
-    with pytest.raises(StoreError):  # the CHECK constraint on kind
+    with pytest.raises(StoreError) as caught:  # the CHECK constraint on kind
         store.insert("alerts", [CONTRACTS["alerts"].row(example("alerts", kind="meltdown"))])
+    assert not caught.value.transient  # bad data: retrying cannot help
 
 
 def test_inserts_that_do_not_fit_the_table(store: Store) -> None:
@@ -220,8 +221,11 @@ def test_a_path_held_by_another_process_is_refused(tmp_path: Path) -> None:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        with pytest.raises(StoreError, match=f"in use by another process \\(pid {proc.pid}\\)"):
+        with pytest.raises(
+            StoreError, match=f"in use by another process \\(pid {proc.pid}\\)"
+        ) as caught:
             Store.connect(f"chdb://{tmp_path}")
+        assert caught.value.transient
     finally:
         proc.communicate("", timeout=60)
     with Store.connect(f"chdb://{tmp_path}") as store:  # free again once the holder exits
@@ -234,6 +238,7 @@ def test_unreachable_server_is_a_store_error() -> None:
     ) as caught:
         Store.connect("http://user:secret@127.0.0.1:1/db")
     assert "secret" not in str(caught.value)
+    assert caught.value.transient
 
 
 def test_bad_dsn() -> None:
