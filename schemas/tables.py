@@ -8,11 +8,15 @@ contract against both the schema file and the DDL, so neither can drift alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from rankwatch.schemas import columns as cols
+from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
+from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.schemas.registry import latest_version, schema
 
 
@@ -74,3 +78,36 @@ CONTRACTS: dict[str, TableContract] = {
     "alerts": TableContract(table="alerts", kind="alerts", renames={"ts_ns": "time"}),
 }
 """Table name -> its contract, for the tables that store a message kind as it is."""
+
+
+def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]:
+    """The ``ops`` table columns of some batches, named as the ops contract says: header
+    fields repeated per record, op types as names, absent extras NULL."""
+    contract = CONTRACTS["ops"]
+    sizes = [len(b) for b in batches]
+    out: dict[str, np.ndarray | list[Any]] = {}
+    for name in HEADER_FIELDS:
+        if name not in contract.omitted:
+            values = [getattr(b, name) for b in batches]
+            out[name] = np.repeat(np.asarray(values, dtype=_dtype_of(values[0])), sizes)
+    present = dict.fromkeys(name for b in batches for name in b.columns())
+    for name in present:
+        parts = [_column_or_none(b, name) for b in batches]
+        out[contract.renames.get(name, name)] = _concat(parts)
+    out["optype"] = np.asarray(OPTYPES, dtype=object)[out["optype"]]
+    return out
+
+
+def _dtype_of(value: Any) -> type:
+    return object if isinstance(value, str) else np.int64
+
+
+def _column_or_none(batch: OpBatch, name: str) -> np.ndarray | list[None]:
+    value = getattr(batch, name)
+    return [None] * len(batch) if value is None else value
+
+
+def _concat(parts: list[np.ndarray | list[None]]) -> np.ndarray | list[Any]:
+    if all(isinstance(p, np.ndarray) and p.dtype != object for p in parts):
+        return np.concatenate(parts)  # type: ignore[arg-type]
+    return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]

@@ -35,9 +35,8 @@ import numpy as np
 import orjson
 
 from rankwatch.schemas import ddl
-from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
-from rankwatch.schemas.optypes import OPTYPES
-from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.schemas.tables import ops_columns
 
 DEFAULT_DATABASE = "rankwatch"
 LOCK_FILE = "rankwatch.lock"
@@ -290,39 +289,6 @@ class Store:
     def _use_database(self) -> None:
         if self._client.database != self.database:
             self._client.database = self.database
-
-
-def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]:
-    """The ``ops`` table columns of some batches, named as the ops contract says: header
-    fields repeated per record, op types as names, absent extras NULL."""
-    contract = CONTRACTS["ops"]
-    sizes = [len(b) for b in batches]
-    out: dict[str, np.ndarray | list[Any]] = {}
-    for name in HEADER_FIELDS:
-        if name not in contract.omitted:
-            values = [getattr(b, name) for b in batches]
-            out[name] = np.repeat(np.asarray(values, dtype=_dtype_of(values[0])), sizes)
-    present = dict.fromkeys(name for b in batches for name in b.columns())
-    for name in present:
-        parts = [_column_or_none(b, name) for b in batches]
-        out[contract.renames.get(name, name)] = _concat(parts)
-    out["optype"] = np.asarray(OPTYPES, dtype=object)[out["optype"]]
-    return out
-
-
-def _dtype_of(value: Any) -> type:
-    return object if isinstance(value, str) else np.int64
-
-
-def _column_or_none(batch: OpBatch, name: str) -> np.ndarray | list[None]:
-    value = getattr(batch, name)
-    return [None] * len(batch) if value is None else value
-
-
-def _concat(parts: list[np.ndarray | list[None]]) -> np.ndarray | list[Any]:
-    if all(isinstance(p, np.ndarray) and p.dtype != object for p in parts):
-        return np.concatenate(parts)  # type: ignore[arg-type]
-    return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
 
 
 def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[Any] | np.ndarray:

@@ -156,3 +156,20 @@ def _allows_null(contract: TableContract, field: str, prop: dict[str, Any]) -> b
 
 def _in_list(expr: str) -> list[str]:
     return re.findall(r"'([^']+)'", expr.split(" IN ", 1)[1])
+
+
+def test_ops_columns_fill_the_ops_table() -> None:
+    import numpy as np
+
+    from rankwatch.schemas.examples import example_batch
+    from rankwatch.schemas.tables import ops_columns
+
+    batches = [example_batch(3, extras=True), example_batch(2, rank=6)]
+    columns = ops_columns(batches)
+    declared = ddl.tables()["ops"]
+    assert set(columns) == set(declared.columns) - CONTRACTS["ops"].bookkeeping
+    assert all(len(values) == 5 for values in columns.values())
+    assert list(columns["rank"]) == [5, 5, 5, 6, 6]
+    assert list(columns["optype"][:2]) == ["forward-compute", "backward-compute"]
+    assert list(columns["stream"]) == ["compute"] * 3 + [None] * 2
+    np.testing.assert_array_equal(columns["time"][:3], batches[0].start_ns)
