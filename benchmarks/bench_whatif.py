@@ -13,7 +13,9 @@ Cases:
   ``analyse_measured``, the work a stream worker does per complete step (the graph is
   inferred once per job; its time is reported apart).
 
-Timings: median and spread (min..max) over ``--repeat`` runs after one warm-up.
+Timings: wall-clock median and spread (min..max) over ``--repeat`` runs after one
+warm-up, and the median CPU time of the process (what the run costs when other
+processes share the core: the wall clock then includes their time slices).
 Peak memory: tracemalloc peak of one extra run (numpy reports its buffers to it), and
 the process's max RSS at the end.
 """
@@ -40,11 +42,12 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "straggl
 def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
     """Median, min and max seconds over ``repeat`` runs, and the tracemalloc peak (MiB)."""
     fn()  # warm-up: first-touch page faults, lazy imports
-    times = []
+    times, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     tracemalloc.start()
     fn()
     _, peak = tracemalloc.get_traced_memory()
@@ -53,6 +56,7 @@ def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
         "median_ms": 1e3 * statistics.median(times),
         "min_ms": 1e3 * min(times),
         "max_ms": 1e3 * max(times),
+        "cpu_median_ms": 1e3 * statistics.median(cpu),
         "peak_mib": peak / 2**20,
         "runs": repeat,
     }
@@ -121,7 +125,10 @@ def main() -> None:
     if args.json:
         print(json.dumps({"import_ms": import_ms, "max_rss_mib": rss, **results}, indent=2))
         return
-    print(f"import rankwatch.sim: {import_ms:.0f} ms; process max RSS {rss:.0f} MiB")
+    load = os.getloadavg()[0]
+    print(
+        f"import rankwatch.sim: {import_ms:.0f} ms; process max RSS {rss:.0f} MiB; load {load:.2f}"
+    )
     for name, r in results.items():
         extra = ", ".join(
             f"{k} {v:.0f}"
@@ -130,7 +137,8 @@ def main() -> None:
         )
         print(
             f"{name:12s} median {r['median_ms']:7.1f} ms  (min {r['min_ms']:.1f}, "
-            f"max {r['max_ms']:.1f}, {r['runs']:.0f} runs)  peak {r['peak_mib']:.0f} MiB  [{extra}]"
+            f"max {r['max_ms']:.1f}, {r['runs']:.0f} runs; CPU median {r['cpu_median_ms']:.1f} ms)"
+            f"  peak {r['peak_mib']:.0f} MiB  [{extra}]"
         )
 
 

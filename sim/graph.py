@@ -47,8 +47,10 @@ class Level:
     groups spanning DP ranks), so results are written into slices, not scattered.
     ``compute_deps`` / ``comm_deps`` (L, K): plan rows of the dependencies' end times
     for the level's compute / communication ops, padded with N (the step start, 0).
-    ``*_members``: plan rows of the group members' start times, padded with the op's
-    own row. ``nodes``: the graph's op ids of rows ``begin:end``.
+    The members of a communication group sit on consecutive rows; ``*_runs`` list
+    ``(first row, last row + 1, group size)`` for runs of equally sized groups, so a
+    group's latest start is a reshape and a max, no gather. ``nodes``: the graph's op
+    ids of rows ``begin:end``.
     """
 
     begin: int
@@ -58,8 +60,8 @@ class Level:
     nodes: np.ndarray
     compute_deps: np.ndarray
     comm_deps: np.ndarray
-    local_members: np.ndarray
-    wide_members: np.ndarray
+    local_runs: tuple[tuple[int, int, int], ...]
+    wide_runs: tuple[tuple[int, int, int], ...]
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,17 @@ def build_levels(
     for u, ms in units.items():
         by_level[level[u]].extend(ms)
     kind = np.where(is_comm, np.where(dp_wide, 2, 1), 0)
-    order = [sorted(by_level[k], key=lambda i: (kind[i], i)) for k in sorted(by_level)]
+    size = [len(g) for g in groups]
+
+    def place(i: int) -> tuple[int, int, int, int]:  # compute, then groups by size, id
+        return (int(kind[i]), size[i], unit_of[i], i)
+
+    order = [sorted(by_level[k], key=place) for k in sorted(by_level)]
     row = np.empty(n, dtype=np.int64)
     row[np.concatenate([np.asarray(o, dtype=np.int64) for o in order])] = np.arange(n)
     levels, begin = [], 0
     for nodes in order:
-        levels.append(_level(np.asarray(nodes, dtype=np.int64), begin, kind, deps, groups, row))
+        levels.append(_level(np.asarray(nodes, dtype=np.int64), begin, kind, deps, size, row))
         begin += len(nodes)
     return tuple(levels), row
 
@@ -111,24 +116,36 @@ def _level(
     begin: int,
     kind: np.ndarray,
     deps: list[list[int]],
-    groups: list[list[int]],
+    size: list[int],
     row: np.ndarray,
 ) -> Level:
     n = row.size
     counts = np.bincount(kind[nodes], minlength=3)
-    local = nodes[counts[0] : counts[0] + counts[1]]
-    wide = nodes[counts[0] + counts[1] :]
+    compute_end = begin + int(counts[0])
+    local_end = compute_end + int(counts[1])
     return Level(
         begin=begin,
-        compute_end=begin + int(counts[0]),
-        local_end=begin + int(counts[0] + counts[1]),
+        compute_end=compute_end,
+        local_end=local_end,
         end=begin + nodes.size,
         nodes=nodes,
         compute_deps=padded([row[deps[i]] for i in nodes[: counts[0]].tolist()], n),
         comm_deps=padded([row[deps[i]] for i in nodes[counts[0] :].tolist()], n),
-        local_members=padded([row[groups[i]] for i in local.tolist()], row[local]),
-        wide_members=padded([row[groups[i]] for i in wide.tolist()], row[wide]),
+        local_runs=_runs(nodes[counts[0] : counts[0] + counts[1]], compute_end, size),
+        wide_runs=_runs(nodes[counts[0] + counts[1] :], local_end, size),
     )
+
+
+def _runs(nodes: np.ndarray, first: int, size: list[int]) -> tuple[tuple[int, int, int], ...]:
+    """(begin, end, group size) of consecutive rows holding groups of one size."""
+    runs: list[tuple[int, int, int]] = []
+    for offset, node in enumerate(nodes.tolist()):
+        k = max(size[node], 1)
+        if runs and runs[-1][2] == k and runs[-1][1] == first + offset:
+            runs[-1] = (runs[-1][0], first + offset + 1, k)
+        else:
+            runs.append((first + offset, first + offset + 1, k))
+    return tuple(runs)
 
 
 def final_nodes(optype: np.ndarray, deps: list[list[int]], n: int) -> np.ndarray:

@@ -94,10 +94,11 @@ def recorded_costs(
     """Four float64 scenarios of recorded costs: as measured (the replay, which must
     hit the recorded times), clamped at 0 (T), and T with fixes: these (dp_rank, stage)
     workers ideal (M_W), the last stage ideal (M_S)."""
-    with_workers = clamped_NSD.copy()
+    fix_PD = np.zeros((graph.pp_size, graph.dp_size), bool)
     for d, p in workers:
-        on_stage = graph.stage == p
-        with_workers[on_stage, :, d] = ideal_N[on_stage][:, None]
+        fix_PD[p, d] = True
+    fix_ND = fix_PD[graph.stage]
+    with_workers = np.where(fix_ND[:, None, :], ideal_N[:, None, None], clamped_NSD)
     pick = np.empty((graph.size, 4), dtype=np.int64)
     pick[:] = (0, 1, 3, 1)
     pick[graph.stage == graph.pp_size - 1, 3] = 2

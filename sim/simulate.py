@@ -41,7 +41,7 @@ def simulate(
     end[n] = 0.0  # the step start
     for lv in graph.levels:
         # plan rows: [begin, mid) compute ops, [mid, wide) local groups, [wide, stop) DP-wide
-        begin, mid, wide, stop = lv.begin, lv.compute_end, lv.local_end, lv.end
+        begin, mid, _wide, stop = lv.begin, lv.compute_end, lv.local_end, lv.end
         if mid > begin:
             done = end[begin:mid]
             _latest(end, lv.compute_deps, done)
@@ -53,14 +53,34 @@ def simulate(
             _latest(end, lv.comm_deps, first)
             if delay_RSD is not None:
                 first[:, :delayed] += delay_RSD[mid:stop, None]
-        if wide > mid:
-            _latest(start, lv.local_members, end[mid:wide])
-            end[mid:wide] += costs.rows(mid, wide)
-        if stop > wide:
-            _latest(start, lv.wide_members, end[wide:stop])
-            latest = end[wide:stop].max(axis=-1, keepdims=True)
-            np.add(latest, costs.rows(wide, stop), out=end[wide:stop])
+        for first_row, last_row, k in lv.local_runs:
+            _group_end(start, end, costs, first_row, last_row, k, dp_wide=False)
+        for first_row, last_row, k in lv.wide_runs:
+            _group_end(start, end, costs, first_row, last_row, k, dp_wide=True)
     return end[graph.final_rows].max(axis=(0, 3))
+
+
+def _group_end(
+    start: np.ndarray,
+    end: np.ndarray,
+    costs: Costs,
+    first: int,
+    last: int,
+    k: int,
+    *,
+    dp_wide: bool,
+) -> None:
+    """End of communication ops in groups of ``k`` consecutive rows: the group's latest
+    start (over DP ranks too when ``dp_wide``) plus each op's transfer duration."""
+    lanes = start.shape[1:]
+    members = start[first:last].reshape(-1, k, *lanes)
+    ready = members[:, 0]
+    for j in range(1, k):  # elementwise maxima: faster than a reduction over a short axis
+        ready = np.maximum(ready, members[:, j])
+    if dp_wide:
+        ready = ready.max(axis=-1, keepdims=True)
+    out = end[first:last].reshape(-1, k, *lanes)
+    np.add(ready[:, None], costs.rows(first, last).reshape(-1, k, *lanes), out=out)
 
 
 def _latest(table: np.ndarray, rows_LK: np.ndarray, out: np.ndarray) -> None:
