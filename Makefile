@@ -6,12 +6,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.deps-stamp
 
-.PHONY: demo test lint typecheck unit integration wheel-check venv install kafka-fetch clean
+.PHONY: demo test lint typecheck unit integration wheel-check venv install kafka-fetch browser clean
 
 demo: install
 	$(VENV)/bin/rankwatch demo
 
-test: install kafka-fetch lint typecheck
+test: install kafka-fetch browser lint typecheck
 	$(PY) -m pytest -p no:cacheprovider --timeout=600 tests
 	$(MAKE) --no-print-directory wheel-check
 
@@ -55,6 +55,10 @@ install: $(STAMP)
 
 kafka-fetch:
 	scripts/kafka.sh fetch
+
+# Headless Chromium for the report's rendering test (Debian's package).
+browser:
+	scripts/ensure-chromium.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .cache
