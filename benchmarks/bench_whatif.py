@@ -11,7 +11,8 @@ Cases:
 - ``online-1024``: one step of a generated DP 64 x PP 16 job (32 microbatches,
   interleaved VPP 2, 1,024 workers): ``measure_trace`` + ``RollingIdeal.push`` +
   ``analyse_measured``, the work a stream worker does per complete step (the graph is
-  inferred once per job; its time is reported apart).
+  inferred once per job, its time reported apart; the scratch ``Workspace`` is kept
+  across steps, as a worker keeps it per job).
 
 Timings: wall-clock median and spread (min..max) over ``--repeat`` runs after one
 warm-up, and the median CPU time of the process (what the run costs when other
@@ -80,7 +81,13 @@ def offline_cases(repeat: int) -> dict[str, dict[str, float]]:
 
 
 def online_case(repeat: int) -> dict[str, dict[str, float]]:
-    from rankwatch.sim import RollingIdeal, analyse_measured, infer_graph, measure_trace
+    from rankwatch.sim import (
+        RollingIdeal,
+        Workspace,
+        analyse_measured,
+        infer_graph,
+        measure_trace,
+    )
     from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 
     cfg = GenConfig(
@@ -98,10 +105,12 @@ def online_case(repeat: int) -> dict[str, dict[str, float]]:
     graph = infer_graph(step0, meta)
     infer_ms = 1e3 * (time.perf_counter() - t0)
     window = RollingIdeal().push(graph, measure_trace(graph, step0))
+    workspace = Workspace()  # a worker keeps one per job, like the graph
 
     def one_step() -> object:
         measured = measure_trace(graph, step1)
-        return analyse_measured(graph, measured, window.push(graph, measured).ideal())
+        ideal = window.push(graph, measured).ideal()
+        return analyse_measured(graph, measured, ideal, workspace)
 
     result = measure(one_step, repeat)
     result["ops"] = len(step1)

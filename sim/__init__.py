@@ -8,10 +8,11 @@ Offline, over a whole trace::
 Online, per job (stream workers)::
 
     graph = infer_graph(first_complete_step, meta)      # once, cached per job
+    workspace = Workspace()                              # once per job: scratch memory
     measured = measure_trace(graph, step_trace)          # each new complete step
     window = window.push(graph, measured)                # RollingIdeal, pure
-    result = analyse_measured(graph, measured, window.ideal())
-    # or: analyse_step(graph, step_trace, window.ideal())
+    result = analyse_measured(graph, measured, window.ideal(), workspace)
+    # or: analyse_step(graph, step_trace, window.ideal(), workspace)
 
 Both paths run the same code (:func:`analyse_measured`) over one or many steps.
 Traces that cannot be modelled raise :class:`ModelError` naming the ops.
@@ -30,6 +31,7 @@ from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.ideal import IdealCosts, RollingIdeal, ideal_costs
 from rankwatch.sim.inference import infer_graph
 from rankwatch.sim.trace import JobMeta, Trace, TraceError
+from rankwatch.sim.workspace import Workspace
 
 __all__ = [
     "Analysis",
@@ -41,6 +43,7 @@ __all__ = [
     "RollingIdeal",
     "Trace",
     "TraceError",
+    "Workspace",
     "analyse",
     "analyse_measured",
     "analyse_step",

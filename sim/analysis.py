@@ -26,6 +26,7 @@ from rankwatch.sim.inference import infer_graph
 from rankwatch.sim.scenarios import masked_costs, one_rank_real, recorded_costs
 from rankwatch.sim.simulate import simulate
 from rankwatch.sim.trace import JobMeta, Trace
+from rankwatch.sim.workspace import Workspace
 
 TOP_WORKER_SHARE = 0.03
 """M_W fixes this share of the workers (rounded up, at least one)."""
@@ -129,12 +130,17 @@ def analyse(trace: Trace, meta: JobMeta) -> Analysis:
     return analyse_measured(graph, measured, ideal_costs(graph, measured))
 
 
-def analyse_step(graph: OpGraph, step_trace: Trace, ideal: IdealCosts) -> Analysis:
-    """Online: one complete step against ideal costs (e.g. ``RollingIdeal.ideal()``)."""
+def analyse_step(
+    graph: OpGraph, step_trace: Trace, ideal: IdealCosts, workspace: Workspace | None = None
+) -> Analysis:
+    """Online: one complete step against ideal costs (e.g. ``RollingIdeal.ideal()``).
+
+    Pass the same ``workspace`` for every step of a job to reuse scratch memory.
+    """
     measured = measure_trace(graph, step_trace)
     if measured.steps.size != 1:
         raise ModelError(f"analyse_step takes one step, got {measured.steps.size}")
-    return analyse_measured(graph, measured, ideal)
+    return analyse_measured(graph, measured, ideal, workspace)
 
 
 def measure_trace(graph: OpGraph, trace: Trace) -> Measured:
@@ -142,8 +148,17 @@ def measure_trace(graph: OpGraph, trace: Trace) -> Measured:
     return measure(graph, align(graph, trace))
 
 
-def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> Analysis:
-    """The shared core of :func:`analyse` and :func:`analyse_step`."""
+def analyse_measured(
+    graph: OpGraph,
+    measured: Measured,
+    ideal: IdealCosts,
+    workspace: Workspace | None = None,
+) -> Analysis:
+    """The shared core of :func:`analyse` and :func:`analyse_step`.
+
+    ``workspace``: scratch memory reused between calls (results do not depend on it).
+    """
+    work = workspace or Workspace()
     ideal_N = ideal.per_node(graph)
     if np.isnan(ideal_N).any():
         missing = sorted({OPTYPES[c] for c in graph.optype[np.isnan(ideal_N)].tolist()})
@@ -151,13 +166,13 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
     cost = measured.cost_NSD
     groups = _groups(graph)
     masks = np.concatenate([np.zeros((graph.size, 1), bool), *groups.values()], axis=1)
-    t_XS = _simulate_chunked(graph, cost, ideal_N, masks)  # ideal, then each group real
-    t_dp = simulate(graph, one_rank_real(graph, cost, ideal_N))
+    t_XS = _simulate_chunked(graph, cost, ideal_N, masks, work)  # ideal, then groups real
+    t_dp = simulate(graph, one_rank_real(graph, cost, ideal_N), workspace=work, tag="rank.")
     attribution = _attribution(graph, groups, t_XS[1:], t_dp)
     ideal_S = t_XS[0].astype(np.float64)
     worker = _worker_scores(attribution, ideal_S, graph)
     top = _top_workers(worker)
-    replay, simulated, *fixed = _recorded(graph, measured, ideal_N, top)
+    replay, simulated, *fixed = _recorded(graph, measured, ideal_N, top, work)
     return Analysis(
         steps=measured.steps,
         dp_size=graph.dp_size,
@@ -176,12 +191,17 @@ def analyse_measured(graph: OpGraph, measured: Measured, ideal: IdealCosts) -> A
 
 
 def _recorded(
-    graph: OpGraph, measured: Measured, ideal_N: np.ndarray, top: tuple[tuple[int, int], ...]
+    graph: OpGraph,
+    measured: Measured,
+    ideal_N: np.ndarray,
+    top: tuple[tuple[int, int], ...],
+    work: Workspace,
 ) -> np.ndarray:
     """Float64 step times ``(4, S)``: the replay (recorded costs and launch delays, not
     clamped), T (launch delays 0), T with the top workers fixed, with the last stage fixed."""
     costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD, ideal_N, top)
-    return simulate(graph, costs, measured.exact_delay_NSD[graph.plan_nodes], delayed=1)
+    delay = measured.exact_delay_NSD[graph.plan_nodes]
+    return simulate(graph, costs, delay, delayed=1, workspace=work, tag="recorded.")
 
 
 def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
@@ -197,13 +217,18 @@ def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
 
 
 def _simulate_chunked(
-    graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, masks: np.ndarray
+    graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, masks: np.ndarray, work: Workspace
 ) -> np.ndarray:
     """Step times ``(X, S)`` of the masked scenarios, a memory-bounded chunk at a time."""
     per_scenario = graph.size * cost.shape[1] * cost.shape[2]
     chunk = max(1, _MAX_CELLS // max(per_scenario, 1))
     parts = [
-        simulate(graph, masked_costs(graph, cost, ideal_N, masks[:, first : first + chunk]))
+        simulate(
+            graph,
+            masked_costs(graph, cost, ideal_N, masks[:, first : first + chunk]),
+            workspace=work,
+            tag="groups.",
+        )
         for first in range(0, masks.shape[1], chunk)
     ]
     return np.concatenate(parts)

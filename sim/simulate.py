@@ -20,6 +20,7 @@ import numpy as np
 
 from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.scenarios import Costs
+from rankwatch.sim.workspace import Workspace
 
 
 def simulate(
@@ -27,17 +28,21 @@ def simulate(
     costs: Costs,
     delay_RSD: np.ndarray | None = None,
     delayed: int = 1,
+    workspace: Workspace | None = None,
+    tag: str = "",
 ) -> np.ndarray:
     """Step times ``(X, S)``: the latest end of the final ops over all DP ranks.
 
     ``costs``: duration (compute ops) or transfer duration (communication ops) per plan
     row and lane; their dtype is the arithmetic's (float32 halves the memory traffic).
     ``delay_RSD``: launch delays in plan order, added on the first ``delayed``
-    scenarios only; None for none.
+    scenarios only; None for none. ``workspace``: scratch memory to reuse (its tables
+    are named after ``tag``), or None to allocate afresh.
     """
     n, lanes, dtype = graph.size, costs.lanes, costs.blocks_BF.dtype
-    start = np.empty((n, *lanes), dtype=dtype)  # read only for communication ops
-    end = np.empty((n + 1, *lanes), dtype=dtype)
+    work = workspace or Workspace()
+    start = work.empty(f"{tag}start", (n, *lanes), dtype)  # read for communication ops only
+    end = work.empty(f"{tag}end", (n + 1, *lanes), dtype)
     end[n] = 0.0  # the step start
     for lv in graph.levels:
         # plan rows: [begin, mid) compute ops, [mid, wide) local groups, [wide, stop) DP-wide

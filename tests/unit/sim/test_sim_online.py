@@ -8,6 +8,7 @@ import pytest
 from rankwatch.sim import (
     ModelError,
     RollingIdeal,
+    Workspace,
     analyse,
     analyse_measured,
     analyse_step,
@@ -96,3 +97,15 @@ def test_analyse_step_takes_exactly_one_step(job) -> None:
     ideal = ideal_costs(graph, measure_trace(graph, trace))
     with pytest.raises(ModelError, match="one step"):
         analyse_step(graph, trace, ideal)
+
+
+def test_a_reused_workspace_changes_nothing_but_time(job) -> None:
+    trace, meta = job
+    graph = infer_graph(trace, meta)
+    ideal = ideal_costs(graph, measure_trace(graph, trace))
+    workspace = Workspace()
+    for step in np.unique(trace.step).tolist():
+        one = trace.select(trace.step == step)
+        fresh = analyse_step(graph, one, ideal).to_json()
+        assert analyse_step(graph, one, ideal, workspace).to_json() == fresh
+    assert workspace.nbytes > 0
