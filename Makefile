@@ -44,7 +44,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(PY) -m pip install --quiet -e '.[stream,grafana,dev]'
+	$(PY) -m pip install --quiet -e '.[stream,grafana,torch,dev]'
 	touch $(STAMP)
 
 # The project itself, as a strict editable install (a link tree that type checkers

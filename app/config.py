@@ -8,7 +8,7 @@ Environment variables:
 
 - ``RANKWATCH_KAFKA``: bootstrap servers, ``host:port[,host:port]``
 - ``RANKWATCH_CLICKHOUSE``: DSN, ``chdb://<dir>`` (embedded) or ``http(s)://...``
-- ``RANKWATCH_DATABASE``: ClickHouse database name
+- ``RANKWATCH_DATABASE``: ClickHouse database name (default: the DSN's, else rankwatch)
 - ``RANKWATCH_GRACE_S``: seconds before an incomplete step is analysed as partial
 - ``RANKWATCH_GROUP``: the workers' Kafka consumer group
 - ``RANKWATCH_TOPIC_PREFIX``: topics are ``<prefix>.ops`` etc. (default ``rankwatch``)
@@ -42,7 +42,8 @@ class KafkaConfig:
 @dataclass(frozen=True)
 class ClickHouseConfig:
     dsn: str = DEFAULT_DSN
-    database: str = "rankwatch"
+    database: str = ""
+    """Empty: the database in an HTTP DSN's path, else ``rankwatch``."""
 
 
 @dataclass(frozen=True)

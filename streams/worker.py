@@ -28,7 +28,8 @@ log = logging.getLogger("rankwatch.worker")
 class WorkerSettings:
     bootstrap: str
     dsn: str
-    database: str = "rankwatch"
+    database: str | None = None
+    """None: the DSN's database, else ``rankwatch``."""
     group: str = "rankwatch-worker"
     topic_prefix: str = "rankwatch"
     """Topics are ``<prefix>.<kind>``; tests use a fresh prefix each."""

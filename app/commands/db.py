@@ -35,7 +35,7 @@ def run_migrate(args: argparse.Namespace) -> int:
     config = load_config().clickhouse
     try:
         with Store.connect(
-            args.clickhouse or config.dsn, args.database or config.database
+            args.clickhouse or config.dsn, args.database or config.database or None
         ) as store:
             applied = store.migrate()
             where = f"{store.where} database {store.database}"

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config()
     dsn = args.clickhouse or config.clickhouse.dsn
-    with Store.connect(dsn, database=config.clickhouse.database) as store:
+    with Store.connect(dsn, database=config.clickhouse.database or None) as store:
         store.migrate()
         pipeline = Pipeline(assembly=config.assembly, analyser=WhatIfAnalyser())
         fed = run_embedded(batches, pipeline, TableSink(store))

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     settings = WorkerSettings(
         bootstrap=config.kafka.bootstrap,
         dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database,
+        database=config.clickhouse.database or None,
         group=config.kafka.group,
         topic_prefix=config.kafka.topic_prefix,
         partitions=config.kafka.partitions,

@@ -14,6 +14,7 @@ def test_defaults_need_no_file_and_no_environment() -> None:
     config = load_config(env={})
     assert config.clickhouse.dsn == DEFAULT_DSN
     assert config.kafka.topic_prefix == "rankwatch"
+    assert config.clickhouse.database == ""  # the DSN's database, else rankwatch
 
 
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
