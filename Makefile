@@ -4,11 +4,21 @@
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.deps-stamp
+DEMO_STAMP := $(VENV)/.stamp-demo
+DEV_STAMP  := $(VENV)/.stamp-dev
+
+# The project itself, as a strict editable install (a link tree that type checkers
+# and pytest see exactly as the wheel lays it out). Cheap; redone every time so new
+# modules are always linked.
+define link
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+endef
 
 .PHONY: demo test lint typecheck unit integration wheel-check venv install kafka-fetch browser clean
 
-demo: install
+# The demo needs only the stream extra (no torch, no dev tools): a quick first run.
+demo: $(DEMO_STAMP)
+	$(link)
 	$(VENV)/bin/rankwatch demo
 
 test: install kafka-fetch browser lint typecheck
@@ -38,20 +48,23 @@ wheel-check: install
 	PYTHONPATH=$(WHEEL_TREE) RANKWATCH_EXPECT_WHEEL=$(WHEEL_TREE) \
 		$(PY) -m pytest -p no:cacheprovider -q -m "not integration" tests/unit
 
-venv: $(STAMP)
+venv: $(DEV_STAMP)
 
-# Third-party dependencies: reinstalled only when pyproject.toml changes.
-$(STAMP): pyproject.toml setup.py
+# Third-party dependencies: reinstalled only when pyproject.toml or setup.py change.
+$(DEMO_STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
+	$(PY) -m pip install --quiet -e '.[stream]'
+	touch $@
+
+$(DEV_STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
 	$(PY) -m pip install --quiet -e '.[stream,grafana,torch,dev]'
-	touch $(STAMP)
+	touch $@
 
-# The project itself, as a strict editable install (a link tree that type checkers
-# and pytest see exactly as the wheel lays it out). Cheap; redone every time so new
-# modules are always linked.
-install: $(STAMP)
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . --config-settings editable_mode=strict
+install: $(DEV_STAMP)
+	$(link)
 
 kafka-fetch:
 	scripts/kafka.sh fetch
