@@ -50,12 +50,28 @@ def infer_graph(trace: Trace, meta: JobMeta) -> OpGraph:
         raise ModelError("the trace has no ops of dp_rank 0 to infer the model from")
     step = int(trace.step[rows].min())
     one = trace.select(rows[trace.step[rows] == step])
+    _check_layout(trace, one, meta)
     builder = _Builder(one, meta, step)
     for stage in range(meta.pp_size):
         builder.add_stage(stage)
     builder.link_pipeline()
     builder.link_collectives()
     return builder.finish()
+
+
+def _check_layout(trace: Trace, one: Trace, meta: JobMeta) -> None:
+    """The trace's ranks and stages must be those of the job metadata."""
+    stages = np.unique(one.stage)
+    if stages.min() < 0 or stages.max() >= meta.pp_size or stages.size != meta.pp_size:
+        raise ModelError(
+            f"the job metadata says pp_size {meta.pp_size} but dp_rank 0 records stages "
+            f"{', '.join(map(str, stages.tolist()))}: is it the metadata of this trace?"
+        )
+    if trace.dp_rank.min() < 0 or trace.dp_rank.max() >= meta.dp_size:
+        raise ModelError(
+            f"the job metadata says dp_size {meta.dp_size} but the trace has dp_rank "
+            f"{int(trace.dp_rank.max())}: is it the metadata of this trace?"
+        )
 
 
 class _Builder:
