@@ -1,0 +1,199 @@
+"""Ready-made timing for PyTorch code, with no change to the training code's logic.
+
+Nothing here imports torch: each helper wraps methods of objects the caller passes
+(a pipeline stage, the ``torch.distributed.pipelining.schedules`` module, an optimizer,
+an iterable), so the hooks' import path stays standard library + orjson.
+
+- :func:`watch_pipeline`: per-microbatch forward/backward compute of
+  ``torch.distributed.pipelining`` stages (their ``forward_one_chunk`` /
+  ``backward_one_chunk``, every schedule calls them), and the schedules' batched
+  point-to-point posts and waits. A batch is timed as a whole, from its post to the
+  end of its wait (a gloo send's own wait absorbs the peer's delay, so per-op waits
+  would lie); every op type in the batch gets one record with the batch's times.
+- :func:`watch_gc`: collector pauses through ``gc.callbacks`` (on the training thread).
+- :func:`timed_optimizer`, :func:`timed_call`: wrap a callable as one op.
+- :func:`timed_batches`: time the waits of a data iterator. The ops contract has no
+  op type for input waits, so they are summed locally (``LocalTimings``), not sent.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rankwatch.hooks.tracker import RankWatch
+
+T = TypeVar("T")
+
+_GET_OPS = {
+    "get_fwd_recv_ops": "forward-recv",
+    "get_fwd_send_ops": "forward-send",
+    "get_bwd_recv_ops": "backward-recv",
+    "get_bwd_send_ops": "backward-send",
+}
+
+
+@dataclass
+class _Batch:
+    optypes: list[tuple[str, int]]  # (optype, seq_id)
+    step: int
+    t0: int
+    waiting: int
+
+
+@dataclass
+class PipelineWatch:
+    """State shared by the wrapped stages and schedule functions; ``undo()`` restores."""
+
+    rw: RankWatch
+    tags: dict[int, str] = field(default_factory=dict)
+    batches: dict[int, _Batch] = field(default_factory=dict)
+    undo_actions: list[Callable[[], None]] = field(default_factory=list)
+
+    def undo(self) -> None:
+        for action in reversed(self.undo_actions):
+            action()
+        self.undo_actions.clear()
+
+
+def watch_pipeline(rw: RankWatch, stages: Iterable[Any], schedules: Any) -> PipelineWatch:
+    """Time compute and p2p of ``stages`` (PipelineStage objects of this rank).
+
+    ``schedules`` is the module ``torch.distributed.pipelining.schedules``: its
+    ``_batch_p2p`` and ``_wait_batch_p2p`` are wrapped for this process.
+    """
+    watch = PipelineWatch(rw)
+    pp = rw.identity.pp_size
+    for stage in stages:
+        _wrap_compute(watch, stage, "forward_one_chunk", "forward-compute", pp)
+        _wrap_compute(watch, stage, "backward_one_chunk", "backward-compute", pp)
+        for method, optype in _GET_OPS.items():
+            _wrap_get_ops(watch, stage, method, optype)
+    _wrap_p2p(watch, schedules)
+    return watch
+
+
+def _patch(watch: PipelineWatch, owner: Any, name: str, new: Any) -> None:
+    had = name in vars(owner)
+    old = vars(owner).get(name)
+    setattr(owner, name, new)
+    watch.undo_actions.append(
+        (lambda: setattr(owner, name, old)) if had else (lambda: delattr(owner, name))
+    )
+
+
+def _wrap_compute(watch: PipelineWatch, stage: Any, method: str, optype: str, pp: int) -> None:
+    original = getattr(stage, method)
+    index = int(stage.stage_index)
+    rw = watch.rw
+
+    def timed(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        with rw.op(optype, mb=chunk_id, chunk=index // pp, gmc=index):
+            return original(chunk_id, *args, **kwargs)
+
+    _patch(watch, stage, method, timed)
+
+
+def _wrap_get_ops(watch: PipelineWatch, stage: Any, method: str, optype: str) -> None:
+    original = getattr(stage, method)
+
+    def tagged(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+        ops = original(chunk_id, *args, **kwargs)
+        for op in ops:
+            watch.tags[id(op)] = optype
+        return ops
+
+    _patch(watch, stage, method, tagged)
+
+
+def _wrap_p2p(watch: PipelineWatch, schedules: Any) -> None:
+    post, wait = schedules._batch_p2p, schedules._wait_batch_p2p
+    rw = watch.rw
+
+    def batch_p2p(p2p_ops: list[Any], *args: Any, **kwargs: Any) -> Any:
+        optypes = sorted({t for op in p2p_ops if (t := watch.tags.pop(id(op), None))})
+        t0 = rw.clock.read()
+        works = post(p2p_ops, *args, **kwargs)
+        if optypes and works and rw.enabled:
+            batch = _Batch([(o, rw.next_seq(o)) for o in optypes], rw.step, t0, len(works))
+            for w in works:
+                watch.batches[id(w)] = batch
+        return works
+
+    def wait_batch_p2p(works: list[Any], *args: Any, **kwargs: Any) -> Any:
+        result = wait(works, *args, **kwargs)
+        t1 = rw.clock.read()
+        for w in works:
+            batch = watch.batches.pop(id(w), None)
+            if batch is None:
+                continue
+            batch.waiting -= 1
+            if batch.waiting == 0:
+                for optype, seq in batch.optypes:
+                    rw.emit(optype, seq, batch.t0, t1, step=batch.step)
+        return result
+
+    _patch(watch, schedules, "_batch_p2p", batch_p2p)
+    _patch(watch, schedules, "_wait_batch_p2p", wait_batch_p2p)
+
+
+def watch_gc(rw: RankWatch) -> Callable[[], None]:
+    """Record collector pauses on the calling thread as ``gc`` ops; returns an undo."""
+    thread = threading.get_ident()
+    open_ops: list[Any] = []
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() != thread or not rw.enabled:
+            return
+        if phase == "start":
+            open_ops.append(rw.begin("gc"))
+        elif open_ops:
+            rw.end(open_ops.pop())
+
+    gc.callbacks.append(callback)
+    return lambda: gc.callbacks.remove(callback)
+
+
+def timed_call(rw: RankWatch, optype: str, fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` timed as one ``optype`` op per call."""
+
+    def timed(*args: Any, **kwargs: Any) -> T:
+        with rw.op(optype):
+            return fn(*args, **kwargs)
+
+    return timed
+
+
+def timed_optimizer(rw: RankWatch, optimizer: Any) -> Callable[[], None]:
+    """Time ``optimizer.step`` as the ``optimizer`` op; returns an undo."""
+    original = optimizer.step
+    optimizer.step = timed_call(rw, "optimizer", original)
+    return lambda: setattr(optimizer, "step", original)
+
+
+@dataclass
+class LocalTimings:
+    """Summed waits of a kind that has no op type in the contract (kept in-process)."""
+
+    count: int = 0
+    total_ns: int = 0
+
+
+def timed_batches(
+    iterable: Iterable[T], timings: LocalTimings, read: Callable[[], int] = time.perf_counter_ns
+) -> Iterator[T]:
+    """Yield from ``iterable``, adding the time each ``next`` took to ``timings``."""
+    it = iter(iterable)
+    while True:
+        t0 = read()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        timings.count += 1
+        timings.total_ns += read() - t0
+        yield item

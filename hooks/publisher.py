@@ -1,0 +1,252 @@
+"""The background thread that turns buffered records into messages and ships them.
+
+Per rank, records are grouped by step; a step's records leave together once the step
+ended on this rank (the last message of the step carries ``steps_done`` with the number
+of records this rank sent for it). A step that runs long is flushed every
+``flush_interval_s`` or every ``max_batch`` records, always holding its last record
+back so the step's closing message is never empty. Failed messages go to the spool
+(when configured) or are dropped and counted; the spool is resent while the transport
+works. Heartbeats go out every ``heartbeat_s``.
+
+Every record put is accounted for in :class:`PublisherStats`:
+``put = dropped_buffer + sent + resent + in_spool + dropped_send + pending``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from rankwatch.hooks.buffer import RecordBuffer
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.records import MAX_STEPS_DONE, encode_ops
+from rankwatch.hooks.spool import Message, Spool
+from rankwatch.hooks.transports import Transport
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    flush_interval_s: float = 0.5
+    max_batch: int = 20_000
+    heartbeat_s: float = 5.0
+    resend_interval_s: float = 2.0
+    close_timeout_s: float = 10.0
+
+
+@dataclass
+class PublisherStats:
+    put: int = 0
+    dropped_buffer: int = 0
+    sent: int = 0
+    spooled: int = 0
+    resent: int = 0
+    in_spool: int = 0
+    dropped_send: int = 0
+    pending: int = 0
+    messages_sent: int = 0
+    send_failures: int = 0
+    heartbeats_sent: int = 0
+    heartbeats_dropped: int = 0
+    errors: int = 0
+    """Exceptions caught in the publisher loop (it keeps going)."""
+
+    def accounted(self) -> bool:
+        """Every record put is sent, resent, spooled, dropped or still pending."""
+        return self.put == (
+            self.dropped_buffer
+            + self.sent
+            + self.resent
+            + self.in_spool
+            + self.dropped_send
+            + self.pending
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Publisher:
+    def __init__(
+        self,
+        identity: Identity,
+        buffer: RecordBuffer,
+        transport: Transport,
+        now_ns: Callable[[], int],
+        config: PublisherConfig | None = None,
+        spool: Spool | None = None,
+        heartbeat: Callable[[bool], bytes] | None = None,
+    ) -> None:
+        self.identity = identity
+        self.buffer = buffer
+        self.transport = transport
+        self.now_ns = now_ns
+        self.config = config or PublisherConfig()
+        self.spool = spool
+        self.heartbeat = heartbeat
+        self.stats = PublisherStats()
+        self._pending: dict[int, list[tuple]] = {}  # step -> records not yet sent
+        self._counts: dict[int, int] = {}  # step -> records of it handed to messages
+        self._ended: list[int] = []
+        self._first_pending: float | None = None
+        self._batch_seq = 0
+        self._lock = threading.Lock()  # one flush at a time (thread loop vs close)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_heartbeat = 0.0
+        self._next_resend = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rankwatch-publisher", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Ask for a flush soon (a step ended); never blocks."""
+        self._wake.set()
+
+    def close(self) -> PublisherStats:
+        """Stop the thread, send what is left (spool resend included), close the transport."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(self.config.close_timeout_s)
+            if self._thread.is_alive():  # stuck in a send: give up, keep the counts
+                return self.snapshot()
+        with self._lock:
+            self._flush(final=True)
+            self._resend()
+            if self.heartbeat is not None:
+                self._send_heartbeat(finished=True)
+            try:
+                self.transport.close()
+            except Exception:
+                self.stats.errors += 1
+        return self.snapshot()
+
+    def snapshot(self) -> PublisherStats:
+        s = self.stats
+        s.put = self.buffer.put_count
+        s.dropped_buffer = self.buffer.dropped_count
+        s.pending = len(self.buffer) + sum(len(r) for r in self._pending.values())
+        s.in_spool = self.spool.pending_records() if self.spool is not None else 0
+        return PublisherStats(**asdict(s))
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.config.flush_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            with self._lock:
+                try:
+                    self.step_once(time.monotonic())
+                except Exception:
+                    self.stats.errors += 1
+
+    def step_once(self, now: float) -> None:
+        """One round: flush, heartbeat when due, resend the spool when due."""
+        self._flush(final=False, now=now)
+        if self.heartbeat is not None and now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.config.heartbeat_s
+            self._send_heartbeat()
+        if self.spool is not None and self.spool.size and now >= self._next_resend:
+            self._next_resend = now + self.config.resend_interval_s
+            self._resend()
+
+    def _flush(self, final: bool, now: float = 0.0) -> None:
+        records, ends = self.buffer.take()
+        for r in records:
+            self._pending.setdefault(r[0], []).append(r)
+        if records and self._first_pending is None:
+            self._first_pending = now
+        self._ended.extend(ends)
+        messages: list[Message] = []
+        for step in self._ended:
+            messages += self._step_messages(step, ended=True)
+        self._ended.clear()
+        first = self._first_pending
+        waited = first is not None and now - first >= self.config.flush_interval_s
+        big = sum(len(r) for r in self._pending.values()) >= self.config.max_batch
+        if final or waited or big:
+            for step in list(self._pending):
+                messages += self._step_messages(step, ended=False, hold_last=not final)
+            self._first_pending = now if self._pending else None
+        self._deliver(messages)
+
+    def _step_messages(self, step: int, ended: bool, hold_last: bool = False) -> list[Message]:
+        records = self._pending.pop(step, [])
+        if hold_last and records:
+            self._pending[step] = [records.pop()]
+        out = []
+        size = self.config.max_batch
+        for lo in range(0, len(records), size):
+            chunk = records[lo : lo + size]
+            self._counts[step] = self._counts.get(step, 0) + len(chunk)
+            last = ended and lo + size >= len(records)
+            done = [(step, self._counts.pop(step))] if last else []
+            out.append(self._encode(chunk, done))
+        if ended and not records:
+            self._counts.pop(step, None)  # nothing of it reached us (all dropped)
+        if len(self._counts) > MAX_STEPS_DONE:  # steps whose end was lost: forget them
+            for old in sorted(self._counts)[: len(self._counts) - MAX_STEPS_DONE]:
+                del self._counts[old]
+        return out
+
+    def _encode(self, records: list[tuple], steps_done: list[tuple[int, int]]) -> Message:
+        value = encode_ops(
+            self.identity,
+            records,
+            batch_seq=self._batch_seq,
+            sent_ns=self.now_ns(),
+            steps_done=steps_done,
+        )
+        self._batch_seq += 1
+        return Message("ops", value, len(records))
+
+    def _deliver(self, messages: list[Message]) -> None:
+        if not messages:
+            return
+        for message, ok in zip(messages, self._send(messages), strict=True):
+            if ok:
+                self.stats.sent += message.records
+                self.stats.messages_sent += 1
+            else:
+                self._keep(message)
+
+    def _send(self, messages: list[Message]) -> list[bool]:
+        try:
+            ok = self.transport.send(messages)
+        except Exception:
+            self.stats.errors += 1
+            ok = [False] * len(messages)
+        self.stats.send_failures += ok.count(False)
+        return ok
+
+    def _keep(self, message: Message) -> None:
+        if self.spool is not None and self.spool.append(message):
+            self.stats.spooled += message.records
+        else:
+            self.stats.dropped_send += message.records
+
+    def _send_heartbeat(self, finished: bool = False) -> None:
+        assert self.heartbeat is not None
+        ok = self._send([Message("heartbeats", self.heartbeat(finished), 0)])
+        if ok[0]:
+            self.stats.heartbeats_sent += 1
+        else:
+            self.stats.heartbeats_dropped += 1
+
+    def _resend(self) -> None:
+        if self.spool is None or not self.spool.size:
+            return
+        messages = self.spool.read()
+        ok = self._send(messages)
+        kept = [m for m, delivered in zip(messages, ok, strict=True) if not delivered]
+        self.stats.resent += sum(m.records for m, d in zip(messages, ok, strict=True) if d)
+        self.spool.replace(kept)

@@ -1,0 +1,126 @@
+"""The process-wide hooks: ``init`` once per rank, then module-level ``op``/``step_*``.
+
+Before ``init`` (or with ``RANKWATCH_HOOKS=off``) every call is a no-op, so library
+code can be instrumented unconditionally — the global off switch.
+
+Where records go, first match wins: ``sink`` (a callable, the embedded mode), Kafka
+(``kafka=`` or ``RANKWATCH_KAFKA``; failed messages spooled under ``spool_dir`` when
+given), else a spool file only (``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankwatch.hooks.identity import Identity, identity_from_env
+from rankwatch.hooks.publisher import PublisherConfig
+from rankwatch.hooks.spool import Spool
+from rankwatch.hooks.tracker import NOOP, RankWatch
+from rankwatch.hooks.transports import KafkaTransport, SinkTransport, SpoolTransport, Transport
+from rankwatch.schemas.topics import TOPICS
+
+OFF_VALUES = frozenset({"0", "off", "false", "no"})
+
+
+@dataclass(frozen=True)
+class HooksConfig:
+    enabled: bool = True
+    kafka: str = ""
+    """Bootstrap servers; empty: no Kafka."""
+    topic_prefix: str = "rankwatch"
+    spool_dir: str = ""
+    spool_max_bytes: int = 256 * 1024 * 1024
+    capacity: int = 100_000
+    """Records the buffer holds before dropping the oldest."""
+    publisher: PublisherConfig = field(default_factory=PublisherConfig)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> HooksConfig:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {
+            "enabled": env.get("RANKWATCH_HOOKS", "on").lower() not in OFF_VALUES,
+            "kafka": env.get("RANKWATCH_KAFKA", ""),
+            "topic_prefix": env.get("RANKWATCH_TOPIC_PREFIX", "rankwatch"),
+            "spool_dir": env.get("RANKWATCH_HOOKS_SPOOL", ""),
+        }
+        values.update({k: v for k, v in given.items() if v is not None})
+        return cls(**values)
+
+
+_current: RankWatch | None = None
+
+
+def init(
+    config: HooksConfig | None = None,
+    identity: Identity | None = None,
+    sink: Callable[[str, bytes], None] | None = None,
+) -> RankWatch | None:
+    """Start this rank's hooks (replacing any earlier ones); None when switched off."""
+    global _current
+    config = config or HooksConfig.from_env()
+    if _current is not None:
+        _current.close()
+        _current = None
+    if not config.enabled:
+        return None
+    identity = identity or identity_from_env()
+    transport, spool = _destination(config, identity, sink)
+    _current = RankWatch(
+        identity,
+        transport,
+        capacity=config.capacity,
+        publisher=config.publisher,
+        spool=spool,
+    )
+    atexit.register(_current.close)
+    return _current
+
+
+def _destination(
+    config: HooksConfig, identity: Identity, sink: Callable[[str, bytes], None] | None
+) -> tuple[Transport, Spool | None]:
+    spool = None
+    if config.spool_dir:
+        name = f"{identity.job}.rank{identity.rank}.{os.getpid()}.spool"
+        spool = Spool(Path(config.spool_dir) / name, config.spool_max_bytes)
+    if sink is not None:
+        return SinkTransport(sink), spool
+    if config.kafka:
+        topics = {kind: f"{config.topic_prefix}.{kind}" for kind in TOPICS}
+        key = identity.job.encode()
+        return KafkaTransport(config.kafka, key=key, topics=topics), spool
+    if spool is None:
+        raise ValueError("rankwatch hooks: no destination (give a sink, kafka or spool_dir)")
+    return SpoolTransport(spool), None
+
+
+def current() -> RankWatch | None:
+    return _current
+
+
+def shutdown() -> None:
+    """Flush and stop the process-wide hooks."""
+    global _current
+    if _current is not None:
+        _current.close()
+        _current = None
+
+
+def op(optype: str, mb: int = -1, chunk: int | None = None, gmc: int | None = None) -> Any:
+    rw = _current
+    return NOOP if rw is None else rw.op(optype, mb, chunk, gmc)
+
+
+def step_begin(step: int) -> None:
+    if _current is not None:
+        _current.step_begin(step)
+
+
+def step_end() -> None:
+    if _current is not None:
+        _current.step_end()

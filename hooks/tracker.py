@@ -1,0 +1,234 @@
+"""``RankWatch``: what the training thread calls. Cheap, never blocks, never raises.
+
+::
+
+    rw = RankWatch(identity, transport)           # or rankwatch.hooks.init(...)
+    for step in range(n):
+        rw.step_begin(step)
+        with rw.op("forward-compute", mb=i):
+            ...
+        rw.step_end()                             # wakes the publisher
+    rw.close()                                    # flushes; also at interpreter exit
+
+On the training thread an op costs two clock reads, a tuple and a deque append; the
+encoding and the network are the publisher thread's. seq_id counts the ops of one
+optype in this step in start order. Op times are the aligned clock (see ``clock.py``).
+A misuse (an unknown op type) is warned about once and ignored rather than raised
+into training.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from types import TracebackType
+from typing import Any
+
+from rankwatch.hooks.buffer import RecordBuffer
+from rankwatch.hooks.clock import Clock, OffsetEstimate
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.publisher import Publisher, PublisherConfig, PublisherStats
+from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, encode_heartbeat
+from rankwatch.hooks.spool import Spool
+from rankwatch.hooks.transports import Transport
+from rankwatch.schemas.optypes import COMPUTE
+
+
+class _Op:
+    """The context manager of one timed op (slots: it is built on every call)."""
+
+    __slots__ = ("chunk", "gmc", "mb", "optype", "prev", "rw", "seq", "t0")
+
+    def __init__(self, rw: RankWatch, optype: str, mb: int, chunk: int, gmc: int) -> None:
+        self.rw = rw
+        self.optype = optype
+        self.mb = mb
+        self.chunk = chunk
+        self.gmc = gmc
+
+    def __enter__(self) -> _Op:
+        rw = self.rw
+        seqs = rw._seq
+        self.seq = seq = seqs.get(self.optype, 0)
+        seqs[self.optype] = seq + 1
+        self.prev = rw._in_flight
+        self.t0 = t0 = rw._read()
+        rw._in_flight = (self.optype, seq, self.mb, t0)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        rw = self.rw
+        t1 = rw._read()
+        start = rw.clock.to_wall(self.t0)
+        rw.buffer.put(
+            (rw.step, self.optype, self.seq, self.mb, self.chunk, self.gmc, start, t1 - self.t0)
+        )
+        rw._in_flight = self.prev
+        rw._last_done = (self.optype, self.seq, rw.step, t1)
+
+
+class _NoOp:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+NOOP = _NoOp()
+
+
+class RankWatch:
+    def __init__(
+        self,
+        identity: Identity,
+        transport: Transport,
+        *,
+        clock: Clock | None = None,
+        capacity: int = 100_000,
+        publisher: PublisherConfig | None = None,
+        spool: Spool | None = None,
+        enabled: bool = True,
+        start: bool = True,
+    ) -> None:
+        self.identity = identity
+        self.enabled = enabled
+        self.clock = clock or Clock()
+        self._read = self.clock.read
+        self.buffer = RecordBuffer(capacity)
+        self.step = 0
+        self._seq: dict[str, int] = {}
+        self._in_flight: tuple[str, int, int, int] | None = None
+        self._last_done: tuple[str, int, int, int] | None = None
+        self._warned: set[str] = set()
+        self._closed = False
+        self.publisher = Publisher(
+            identity,
+            self.buffer,
+            transport,
+            now_ns=self.clock.now_ns,
+            config=publisher,
+            spool=spool,
+            heartbeat=self._heartbeat,
+        )
+        if start and enabled:
+            self.publisher.start()
+
+    # -- ops ---------------------------------------------------------------------------
+
+    def op(
+        self, optype: str, mb: int = -1, chunk: int | None = None, gmc: int | None = None
+    ) -> Any:
+        """Time the ``with`` block as one op. ``chunk`` is the model chunk inside the stage
+        (VPP); ``gmc`` defaults to ``chunk * pp_size + pp_rank``. Non-compute ops carry
+        -1 for all three."""
+        if not self.enabled:
+            return NOOP
+        if optype not in KNOWN_OPTYPES:
+            self._warn(f"unknown op type {optype!r} ignored")
+            return NOOP
+        if optype in COMPUTE:
+            c = 0 if chunk is None else chunk
+            g = c * self.identity.pp_size + self.identity.pp_rank if gmc is None else gmc
+            return _Op(self, optype, mb, c, g)
+        return _Op(self, optype, -1, -1, -1)
+
+    def begin(self, optype: str, mb: int = -1, chunk: int | None = None) -> Any:
+        """Start an op timed by callbacks (``gc.callbacks``...); pass the result to ``end``."""
+        token = self.op(optype, mb, chunk)
+        token.__enter__()
+        return token
+
+    def end(self, token: Any) -> None:
+        token.__exit__(None, None, None)
+
+    def next_seq(self, optype: str) -> int:
+        """Reserve the next seq_id of ``optype`` in this step (for ops timed elsewhere:
+        reserve at the op's start, ``emit`` at its end)."""
+        seq = self._seq.get(optype, 0)
+        self._seq[optype] = seq + 1
+        return seq
+
+    def emit(
+        self,
+        optype: str,
+        seq: int,
+        t0: int,
+        t1: int,
+        mb: int = -1,
+        chunk: int = -1,
+        gmc: int = -1,
+        step: int | None = None,
+    ) -> None:
+        """Record an op timed by the caller with ``clock.read()`` values ``t0``..``t1``."""
+        if not self.enabled:
+            return
+        step = self.step if step is None else step
+        self.buffer.put((step, optype, seq, mb, chunk, gmc, self.clock.to_wall(t0), t1 - t0))
+        self._last_done = (optype, seq, step, t1)
+
+    # -- steps -------------------------------------------------------------------------
+
+    def step_begin(self, step: int) -> None:
+        """Ops from now on belong to ``step`` (seq_ids start again at 0)."""
+        self.step = step
+        self._seq = {}
+
+    def step_end(self) -> None:
+        """The current step is finished on this rank: its records can leave."""
+        if not self.enabled:
+            return
+        self.buffer.end_step(self.step)
+        self.publisher.wake()
+
+    # -- clock alignment ---------------------------------------------------------------
+
+    def align_clock(self, estimate: OffsetEstimate) -> None:
+        """Apply an offset to rank 0 (ops recorded from now on use it)."""
+        self.clock.align(estimate)
+
+    # -- end ---------------------------------------------------------------------------
+
+    def close(self) -> PublisherStats:
+        """Flush everything (spool resend included) and stop the publisher thread."""
+        if self._closed:
+            return self.publisher.snapshot()
+        self._closed = True
+        was_on, self.enabled = self.enabled, False
+        if not was_on:  # switched off: nothing was recorded, nothing to say
+            return self.publisher.snapshot()
+        return self.publisher.close()
+
+    def stats(self) -> PublisherStats:
+        return self.publisher.snapshot()
+
+    def __enter__(self) -> RankWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _heartbeat(self, finished: bool = False) -> bytes:
+        flight = self._in_flight
+        done = self._last_done
+        to_wall = self.clock.to_wall
+        return encode_heartbeat(
+            self.identity,
+            sent_ns=self.clock.now_ns(),
+            step=self.step,
+            pid=os.getpid(),
+            in_flight=None if flight is None else InFlight(*flight[:3], to_wall(flight[3])),
+            last_done=None if done is None else LastDone(*done[:3], to_wall(done[3])),
+            finished=finished,
+        )
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(f"rankwatch hooks: {message}", RuntimeWarning, stacklevel=3)

@@ -1,0 +1,185 @@
+"""Where the publisher thread sends messages: Kafka, a spool file, or an in-process sink.
+
+A transport's ``send`` takes a list of messages and says, per message, whether it was
+delivered; it never raises for a delivery failure (the publisher spools or drops and
+counts what failed). Only the publisher thread calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from rankwatch.hooks.spool import Message, Spool
+from rankwatch.schemas.topics import TOPICS
+
+
+class Transport(Protocol):
+    def send(self, messages: Sequence[Message]) -> list[bool]: ...
+
+    def close(self) -> None: ...
+
+
+class SinkTransport:
+    """Hands each message to ``deliver(kind, value)`` in this process (the embedded mode).
+
+    ``deliver`` raising counts as a failed delivery for that message.
+    """
+
+    def __init__(self, deliver: Callable[[str, bytes], None]) -> None:
+        self.deliver = deliver
+
+    def send(self, messages: Sequence[Message]) -> list[bool]:
+        ok = []
+        for m in messages:
+            try:
+                self.deliver(m.kind, m.value)
+                ok.append(True)
+            except Exception:
+                ok.append(False)
+        return ok
+
+    def close(self) -> None:
+        pass
+
+
+class SpoolTransport:
+    """Writes every message to a local spool file (no broker at all)."""
+
+    def __init__(self, spool: Spool) -> None:
+        self.spool = spool
+
+    def send(self, messages: Sequence[Message]) -> list[bool]:
+        return [self.spool.append(m) for m in messages]
+
+    def close(self) -> None:
+        pass
+
+
+class KafkaTransport:
+    """aiokafka on a private event loop owned by the publisher thread.
+
+    Loaded lazily: importing the hooks never imports aiokafka. A broker that is down
+    makes ``send`` fail within about ``timeout_s`` (the producer's request timeout also
+    expires queued batches); the producer is then dropped and restarted at most every
+    ``retry_s``, so a dead broker costs the publisher thread little.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        key: bytes,
+        topics: dict[str, str] | None = None,
+        timeout_s: float = 2.0,
+        retry_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.key = key
+        self.topics = topics or TOPICS
+        self.timeout_s = timeout_s
+        self.retry_s = retry_s
+        self.clock = clock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._producer: Any = None
+        self._next_try = 0.0
+        self.last_error = ""
+
+    def send(self, messages: Sequence[Message]) -> list[bool]:
+        if not messages:
+            return []
+        if self._producer is None and not self._start():
+            return [False] * len(messages)
+        assert self._loop is not None
+        ok = self._loop.run_until_complete(self._send(messages))
+        if not all(ok):
+            self._drop_producer()
+        return ok
+
+    def close(self) -> None:
+        self._drop_producer(graceful=True)
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    async def _send(self, messages: Sequence[Message]) -> list[bool]:
+        futures = []
+        for m in messages:
+            try:
+                futures.append(
+                    await self._producer.send(self.topics[m.kind], m.value, key=self.key)
+                )
+            except Exception as exc:
+                self.last_error = repr(exc)
+                futures.append(None)
+        ok = []
+        deadline = self.clock() + self.timeout_s * 2
+        for fut in futures:
+            if fut is None:
+                ok.append(False)
+                continue
+            try:
+                await asyncio.wait_for(fut, max(deadline - self.clock(), 0.01))
+                ok.append(True)
+            except Exception as exc:
+                self.last_error = repr(exc)
+                ok.append(False)
+        return ok
+
+    def _start(self) -> bool:
+        now = self.clock()
+        if now < self._next_try:
+            return False
+        self._next_try = now + self.retry_s
+        from aiokafka import AIOKafkaProducer
+
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        ms = int(self.timeout_s * 1000)
+
+        async def start() -> Any:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                acks=1,
+                linger_ms=5,
+                request_timeout_ms=ms,
+                retry_backoff_ms=100,
+                max_request_size=8 * 1024 * 1024,
+                metadata_max_age_ms=5000,
+            )
+            try:
+                await asyncio.wait_for(producer.start(), self.timeout_s)
+            except BaseException:
+                await _abandon(producer)
+                raise
+            return producer
+
+        try:
+            self._producer = self._loop.run_until_complete(start())
+        except Exception as exc:
+            self.last_error = repr(exc)
+            self._producer = None
+            return False
+        return True
+
+    def _drop_producer(self, graceful: bool = False) -> None:
+        if self._producer is None or self._loop is None:
+            return
+        producer, self._producer = self._producer, None
+        self._next_try = self.clock() + (0 if graceful else self.retry_s)
+        try:
+            if graceful:
+                self._loop.run_until_complete(asyncio.wait_for(producer.stop(), self.timeout_s))
+            else:
+                self._loop.run_until_complete(_abandon(producer))
+        except Exception as exc:
+            self.last_error = repr(exc)
+
+
+async def _abandon(producer: Any) -> None:
+    """Stop a producer without waiting for its queued batches (they failed already)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.stop(), 0.5)

@@ -1,0 +1,175 @@
+"""Publishing: one message per rank and step, failures spooled or counted, all accounted."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from rankwatch.hooks.clock import Clock
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.publisher import PublisherConfig
+from rankwatch.hooks.spool import Spool
+from rankwatch.hooks.tracker import RankWatch
+from rankwatch.hooks.transports import SinkTransport
+from rankwatch.schemas.codec import decode, decode_ops
+
+IDENT = Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0)
+
+
+class Wire:
+    """An in-process destination that can be switched off (a broker outage)."""
+
+    def __init__(self) -> None:
+        self.up = True
+        self.messages: list[tuple[str, bytes]] = []
+
+    def deliver(self, kind: str, value: bytes) -> None:
+        if not self.up:
+            raise ConnectionError("down")
+        self.messages.append((kind, value))
+
+    def batches(self) -> list:
+        return [decode_ops(v) for k, v in self.messages if k == "ops"]
+
+
+def make(wire: Wire, spool: Spool | None = None, **config: float) -> RankWatch:
+    ticks = itertools.count(1_000, 1_000)
+    return RankWatch(
+        IDENT,
+        SinkTransport(wire.deliver),
+        clock=Clock(read=lambda: next(ticks), wall=lambda: 10**18),
+        publisher=PublisherConfig(heartbeat_s=1e9, **config),  # type: ignore[arg-type]
+        spool=spool,
+        start=False,
+    )
+
+
+def run_steps(rw: RankWatch, steps: range, ops_per_step: int = 3) -> None:
+    for step in steps:
+        rw.step_begin(step)
+        for mb in range(ops_per_step - 1):
+            with rw.op("forward-compute", mb=mb):
+                pass
+        with rw.op("optimizer"):
+            pass
+        rw.step_end()
+
+
+def test_one_message_per_step_with_its_record_count() -> None:
+    wire = Wire()
+    rw = make(wire)
+    run_steps(rw, range(3))
+    rw.publisher.step_once(now=0.0)
+    batches = wire.batches()
+    assert [b.steps_done for b in batches] == [((0, 3),), ((1, 3),), ((2, 3),)]
+    assert [b.batch_seq for b in batches] == [0, 1, 2]
+    assert all(set(b.step.tolist()) == {i} for i, b in enumerate(batches))
+    assert batches[0].seq_id.tolist() == [0, 1, 0]
+    stats = rw.close()
+    assert stats.sent == stats.put == 9 and stats.accounted()
+
+
+def test_a_long_step_is_flushed_in_parts_and_its_end_is_never_empty() -> None:
+    wire = Wire()
+    rw = make(wire, flush_interval_s=1.0)
+    rw.step_begin(0)
+    for mb in range(5):
+        with rw.op("forward-compute", mb=mb):
+            pass
+    rw.publisher.step_once(now=0.0)  # first pending records seen
+    rw.publisher.step_once(now=2.0)  # interval passed: all but the last record leave
+    assert [len(b) for b in wire.batches()] == [4]
+    assert wire.batches()[0].steps_done == ()
+    rw.step_end()
+    rw.publisher.step_once(now=2.1)
+    last = wire.batches()[-1]
+    assert len(last) == 1 and last.steps_done == ((0, 5),)
+
+
+def test_big_steps_are_split_into_max_batch_messages() -> None:
+    wire = Wire()
+    rw = make(wire, max_batch=4)
+    run_steps(rw, range(1), ops_per_step=10)
+    rw.publisher.step_once(now=0.0)
+    assert [len(b) for b in wire.batches()] == [4, 4, 2]
+    assert [b.steps_done for b in wire.batches()] == [(), (), ((0, 10),)]
+
+
+def test_outage_spools_and_resends_everything(tmp_path: Path) -> None:
+    wire = Wire()
+    rw = make(wire, spool=Spool(tmp_path / "r0.spool"), resend_interval_s=0.0)
+    run_steps(rw, range(2))
+    rw.publisher.step_once(now=0.0)
+    wire.up = False
+    run_steps(rw, range(2, 5))
+    rw.publisher.step_once(now=1.0)
+    mid = rw.stats()
+    assert mid.spooled == 9 and mid.in_spool == 9 and mid.accounted()
+    wire.up = True
+    run_steps(rw, range(5, 6))
+    rw.publisher.step_once(now=2.0)
+    stats = rw.close()
+    assert (stats.sent, stats.resent, stats.in_spool, stats.dropped_send) == (9, 9, 0, 0)
+    assert stats.accounted()
+    assert sorted(s for b in wire.batches() for s, _ in b.steps_done) == list(range(6))
+
+
+def test_without_a_spool_failed_records_are_counted_as_dropped() -> None:
+    wire = Wire()
+    wire.up = False
+    rw = make(wire)
+    run_steps(rw, range(2))
+    stats = rw.close()
+    assert (stats.put, stats.dropped_send, stats.sent) == (6, 6, 0)
+    assert stats.accounted()
+
+
+def test_buffer_overflow_is_counted_and_the_step_count_matches_what_was_sent() -> None:
+    wire = Wire()
+    ticks = itertools.count()
+    rw = RankWatch(
+        IDENT,
+        SinkTransport(wire.deliver),
+        clock=Clock(read=lambda: next(ticks)),
+        capacity=4,
+        start=False,
+    )
+    run_steps(rw, range(1), ops_per_step=10)
+    stats = rw.close()
+    (batch,) = wire.batches()
+    assert batch.steps_done == ((0, 4),) and len(batch) == 4
+    assert (stats.dropped_buffer, stats.sent) == (6, 4) and stats.accounted()
+
+
+def test_heartbeats_say_what_is_in_flight() -> None:
+    wire = Wire()
+    rw = make(wire)
+    rw.step_begin(4)
+    with rw.op("forward-compute", mb=2):
+        rw.publisher.step_once(now=0.0)
+    (beat,) = [decode("heartbeats", v) for k, v in wire.messages if k == "heartbeats"]
+    assert beat["step"] == 4
+    assert beat["in_flight"]["optype"] == "forward-compute" and beat["in_flight"]["mb_id"] == 2
+    assert beat["last_done"] is None and "state" not in beat
+    rw.close()
+    last = decode("heartbeats", wire.messages[-1][1])
+    assert last["state"] == "finished" and last["last_done"]["optype"] == "forward-compute"
+
+
+def test_the_thread_flushes_on_step_end() -> None:
+    wire = Wire()
+    rw = RankWatch(IDENT, SinkTransport(wire.deliver), publisher=PublisherConfig(heartbeat_s=60))
+    run_steps(rw, range(2))
+    stats = rw.close()
+    assert stats.sent == 6 and stats.accounted()
+    assert [b.steps_done for b in wire.batches()][-1] == ((1, 3),)
+
+
+@pytest.mark.parametrize("enabled", [False])
+def test_disabled_hooks_record_nothing(enabled: bool) -> None:
+    wire = Wire()
+    rw = RankWatch(IDENT, SinkTransport(wire.deliver), enabled=enabled)
+    run_steps(rw, range(2))
+    assert rw.close().put == 0 and wire.messages == []
