@@ -1,0 +1,7 @@
+"""Hang detection (DETECTION.md section 1): pure core, fed heartbeats and stack dumps.
+
+:class:`~rankwatch.streams.hang.detector.HangDetector` decides which ranks are
+stalled and when a job is hung, and names culprits, waiters and suspects;
+:func:`~rankwatch.streams.hang.stacks.merge_stacks` folds many ranks' stacks into
+distinct call paths. No clock reads, no I/O: the caller passes ``now_ns``.
+"""

@@ -1,0 +1,257 @@
+"""Stalled ranks, hung jobs and their culprits, from heartbeats.
+
+A rank is *stalled* when it made no progress (no op started or ended) for longer than
+``max(floor_s, k * median recent step time)``, or when its heartbeats stopped (the
+process is gone, stopped, or its machine unreachable). A job is *hung* when every rank
+that has not finished is stalled. Then ranks waiting inside a communication op are
+*waiting*; the others (in compute, in untimed Python, or silent) are *culprits*; the
+ranks absent from the op most waiters sit in are *suspects*. One episode per hang,
+resolved as soon as any rank makes progress again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from statistics import median
+from typing import Any
+
+from rankwatch.schemas.optypes import COMMUNICATING
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class HangConfig:
+    k: float = 5.0
+    """Stall threshold in units of the median recent step time."""
+    floor_s: float = 60.0
+    """Never call a rank stalled sooner than this (first steps, slow steps)."""
+    silent_after_s: float = 15.0
+    """Heartbeats missing this long: the rank is silent (a few heartbeat periods)."""
+    step_window: int = 20
+    """Recent step times kept per job for the median."""
+
+
+@dataclass
+class RankState:
+    rank: int
+    host: str
+    coords: tuple[int, int, int, int]
+    """(dp, pp, tp, cp)"""
+    step: int
+    heard_ns: int
+    progress_ns: int
+    in_flight: Mapping[str, Any] | None = None
+    last_done: Mapping[str, Any] | None = None
+    finished: bool = False
+
+    @property
+    def waiting(self) -> bool:
+        return self.in_flight is not None and self.in_flight["optype"] in COMMUNICATING
+
+
+@dataclass(frozen=True)
+class Episode:
+    job: str
+    episode_id: str
+    declared_ns: int
+    last_progress_ns: int
+    step: int
+    culprits: tuple[int, ...]
+    waiting: tuple[int, ...]
+    silent: tuple[int, ...]
+    suspects: tuple[int, ...]
+    first_stopped: int
+    culprit_hosts: tuple[str, ...]
+    culprit_where: str
+    summary: str
+    resolved_ns: int | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.resolved_ns is None
+
+
+@dataclass
+class _Job:
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    step_times: deque[float] = field(default_factory=lambda: deque(maxlen=20))
+    step_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """rank -> (step, time it was first seen in that step)"""
+    episode: Episode | None = None
+
+
+class HangDetector:
+    def __init__(self, config: HangConfig | None = None) -> None:
+        self.config = config or HangConfig()
+        self._jobs: dict[str, _Job] = {}
+
+    def observe(self, hb: Mapping[str, Any], now_ns: int) -> None:
+        """One heartbeat (a decoded ``heartbeats`` message) received at ``now_ns``."""
+        job = self._jobs.get(hb["job"])
+        if job is None:
+            job = self._jobs[hb["job"]] = _Job(step_times=deque(maxlen=self.config.step_window))
+        rank = int(hb["rank"])
+        progress = _progress_ns(hb)
+        state = job.ranks.get(rank)
+        if state is None:
+            state = job.ranks[rank] = RankState(
+                rank=rank,
+                host=hb["host"],
+                coords=(hb["dp_rank"], hb["pp_rank"], hb["tp_rank"], hb["cp_rank"]),
+                step=hb["step"],
+                heard_ns=now_ns,
+                progress_ns=progress or now_ns,
+            )
+        state.heard_ns = now_ns
+        state.step = hb["step"]
+        state.in_flight, state.last_done = hb["in_flight"], hb["last_done"]
+        state.progress_ns = max(state.progress_ns, progress or 0)
+        state.finished = hb.get("state") == "finished"
+        self._note_step(job, rank, hb["step"], state.progress_ns)
+
+    def threshold_s(self, job: str) -> float:
+        times = self._jobs[job].step_times if job in self._jobs else ()
+        typical = median(times) if times else 0.0
+        return max(self.config.floor_s, self.config.k * typical)
+
+    def evaluate(self, now_ns: int) -> list[Episode]:
+        """Episodes that opened or resolved since the last call."""
+        changed = []
+        for name, job in list(self._jobs.items()):
+            live = [r for r in job.ranks.values() if not r.finished]
+            if not live:
+                if job.episode and job.episode.open:
+                    changed.append(self._resolve(job, now_ns))
+                del self._jobs[name]
+                continue
+            if job.episode and job.episode.open:
+                if any(r.progress_ns > job.episode.last_progress_ns for r in live):
+                    changed.append(self._resolve(job, now_ns))
+                continue
+            stalled = [r for r in live if self._stalled(name, r, now_ns)]
+            if len(stalled) == len(live):
+                job.episode = _declare(name, live, now_ns, self._silent(live, now_ns))
+                changed.append(job.episode)
+        return changed
+
+    def episodes(self) -> list[Episode]:
+        return [j.episode for j in self._jobs.values() if j.episode and j.episode.open]
+
+    def ranks(self, job: str) -> list[RankState]:
+        return sorted(self._jobs[job].ranks.values(), key=lambda r: r.rank)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _stalled(self, job: str, rank: RankState, now_ns: int) -> bool:
+        silent = now_ns - rank.heard_ns > self.config.silent_after_s * NS
+        return silent or now_ns - rank.progress_ns > self.threshold_s(job) * NS
+
+    def _silent(self, ranks: list[RankState], now_ns: int) -> set[int]:
+        limit = self.config.silent_after_s * NS
+        return {r.rank for r in ranks if now_ns - r.heard_ns > limit}
+
+    def _resolve(self, job: _Job, now_ns: int) -> Episode:
+        assert job.episode is not None
+        job.episode = _resolved(job.episode, now_ns)
+        return job.episode
+
+    @staticmethod
+    def _note_step(job: _Job, rank: int, step: int, at_ns: int) -> None:
+        seen = job.step_seen.get(rank)
+        if seen is not None and step > seen[0] and at_ns > seen[1]:
+            job.step_times.append((at_ns - seen[1]) / NS / (step - seen[0]))
+        if seen is None or step > seen[0]:
+            job.step_seen[rank] = (step, at_ns)
+
+
+def _progress_ns(hb: Mapping[str, Any]) -> int | None:
+    """The last time this rank started or finished an op, by its own report."""
+    times = []
+    if hb.get("in_flight"):
+        times.append(int(hb["in_flight"]["since_ns"]))
+    if hb.get("last_done"):
+        times.append(int(hb["last_done"]["end_ns"]))
+    return max(times) if times else None
+
+
+def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) -> Episode:
+    waiting = sorted(r.rank for r in ranks if r.waiting and r.rank not in silent)
+    culprit_states = sorted(
+        (r for r in ranks if r.rank not in waiting), key=lambda r: (r.progress_ns, r.rank)
+    )
+    first = min(ranks, key=lambda r: (r.progress_ns, r.rank))
+    suspects = _suspects(ranks, waiting, culprit_states)
+    last_progress = max(r.progress_ns for r in ranks)
+    key = f"{job}:{first.rank}:{first.progress_ns}".encode()
+    episode_id = "hang-" + hashlib.sha1(key).hexdigest()[:16]
+    lead = culprit_states[0] if culprit_states else first
+    where = _where(lead, lead.rank in silent)
+    return Episode(
+        job=job,
+        episode_id=episode_id,
+        declared_ns=now_ns,
+        last_progress_ns=last_progress,
+        step=min(r.step for r in ranks),
+        culprits=tuple(r.rank for r in culprit_states),
+        waiting=tuple(waiting),
+        silent=tuple(sorted(silent)),
+        suspects=suspects,
+        first_stopped=first.rank,
+        culprit_hosts=tuple(dict.fromkeys(r.host for r in culprit_states)),
+        culprit_where=where,
+        summary=_summary(job, lead, where, ranks, waiting, suspects),
+    )
+
+
+def _suspects(
+    ranks: list[RankState], waiting: list[int], culprits: list[RankState]
+) -> tuple[int, ...]:
+    """Ranks absent from the op most waiters sit in, stopped-first order."""
+    if not waiting:
+        return tuple(r.rank for r in culprits)
+    by_rank = {r.rank: r for r in ranks}
+    ops = Counter(_op_key(by_rank[w]) for w in waiting)
+    common, _ = ops.most_common(1)[0]
+    absent = [r for r in ranks if not (r.waiting and _op_key(r) == common)]
+    return tuple(r.rank for r in sorted(absent, key=lambda r: (r.progress_ns, r.rank)))
+
+
+def _op_key(rank: RankState) -> tuple[Any, ...]:
+    f = rank.in_flight or {}
+    return (rank.step, f.get("optype"), f.get("seq_id"))
+
+
+def _where(rank: RankState, silent: bool) -> str:
+    if silent:
+        return "silent: no heartbeat (process gone, stopped or unreachable)"
+    if rank.in_flight:
+        f = rank.in_flight
+        return f"in {f['optype']}_{f['seq_id']} (microbatch {f['mb_id']}) of step {rank.step}"
+    after = rank.last_done["optype"] if rank.last_done else "the start"
+    return f"outside any timed op (Python) after {after} of step {rank.step}"
+
+
+def _summary(
+    job: str,
+    lead: RankState,
+    where: str,
+    ranks: list[RankState],
+    waiting: list[int],
+    suspects: tuple[int, ...],
+) -> str:
+    dp, pp, tp, _ = lead.coords
+    text = (
+        f"job {job} hung: rank {lead.rank} (dp {dp}, pp {pp}, tp {tp}) on {lead.host} "
+        f"stopped first, {where}; {len(waiting)} of {len(ranks)} ranks wait in communication"
+    )
+    if suspects:
+        text += f"; suspects: {', '.join(map(str, suspects[:8]))}"
+    return text
+
+
+def _resolved(episode: Episode, now_ns: int) -> Episode:
+    return replace(episode, resolved_ns=now_ns)

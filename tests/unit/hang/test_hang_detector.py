@@ -1,0 +1,117 @@
+"""Hang detection on synthetic heartbeats: culprit vs waiters, silence, slow is not hung,
+clean finish, resolution, adaptive threshold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rankwatch.streams.hang.detector import NS, HangConfig, HangDetector
+
+CFG = HangConfig(k=5.0, floor_s=10.0, silent_after_s=6.0)
+
+
+def hb(
+    rank: int, step: int, at_s: float, optype: str | None = "forward-compute", **extra: Any
+) -> dict[str, Any]:
+    in_flight = (
+        None
+        if optype is None
+        else {"optype": optype, "seq_id": 0, "mb_id": -1, "since_ns": int(at_s * NS)}
+    )
+    return {
+        "job": "j",
+        "host": f"h{rank // 2}",
+        "rank": rank,
+        "dp_rank": rank % 2,
+        "pp_rank": rank // 2,
+        "tp_rank": 0,
+        "cp_rank": 0,
+        "sent_ns": int(at_s * NS),
+        "step": step,
+        "in_flight": in_flight,
+        "last_done": None,
+        "pid": 100 + rank,
+        **extra,
+    }
+
+
+def run_steps(det: HangDetector, ranks: range, steps: int, period_s: float = 1.0) -> float:
+    t = 0.0
+    for step in range(steps):
+        t = step * period_s
+        for r in ranks:
+            det.observe(hb(r, step, t), int(t * NS))
+    assert det.evaluate(int(t * NS)) == []
+    return t
+
+
+def test_a_stopped_rank_is_the_culprit_and_the_others_wait() -> None:
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    stop = t + 0.5
+    # rank 2 is stopped (SIGSTOP): no more heartbeats; the others enter the
+    # reduce-scatter of step 5 and keep beating from inside it
+    for beat in range(30):
+        now = stop + beat
+        for r in (0, 1, 3):
+            det.observe(hb(r, 5, stop, "grads-reduce-scatter"), int(now * NS))
+        opened = det.evaluate(int(now * NS))
+        if opened:
+            break
+    (ep,) = opened
+    assert ep.culprits == (2,) and ep.waiting == (0, 1, 3) and ep.silent == (2,)
+    assert ep.first_stopped == 2 and ep.suspects == (2,)
+    assert ep.culprit_hosts == ("h1",)
+    assert "silent" in ep.culprit_where and "rank 2" in ep.summary
+    # declared once the floor passed since the waiters' last progress
+    assert now - stop >= CFG.floor_s
+    assert det.evaluate(int((now + 1) * NS)) == []  # one episode, not one per call
+
+    # SIGCONT: rank 2 beats again and the collective completes
+    det.observe(hb(2, 5, now + 2, "grads-reduce-scatter"), int((now + 2) * NS))
+    (resolved,) = det.evaluate(int((now + 2) * NS))
+    assert resolved.episode_id == ep.episode_id and resolved.resolved_ns is not None
+
+
+def test_a_rank_stuck_in_compute_is_the_culprit_while_still_beating() -> None:
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    for beat in range(40):
+        now = t + 1 + beat
+        det.observe(hb(1, 5, t + 1, "backward-compute"), int(now * NS))
+        for r in (0, 2, 3):
+            det.observe(
+                hb(r, 5, t + 1, "backward-recv" if r == 0 else "params-all-gather"), int(now * NS)
+            )
+        opened = det.evaluate(int(now * NS))
+        if opened:
+            break
+    (ep,) = opened
+    assert ep.culprits == (1,) and ep.silent == ()
+    assert "backward-compute_0" in ep.culprit_where
+    assert 1 in ep.suspects
+
+
+def test_a_slow_rank_is_a_straggler_not_a_hang() -> None:
+    det = HangDetector(CFG)
+    now = 0.0
+    for step in range(60):  # rank 3 takes twice as long per op, everyone keeps going
+        for r in range(4):
+            now = step * 2.0
+            det.observe(hb(r, step, now + (1.0 if r == 3 else 0.0)), int(now * NS))
+        assert det.evaluate(int(now * NS)) == []
+
+
+def test_a_clean_finish_raises_nothing() -> None:
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    for r in range(4):
+        det.observe(hb(r, 5, t + 1, None, state="finished"), int((t + 1) * NS))
+    assert det.evaluate(int((t + 100) * NS)) == []
+    assert det.episodes() == []
+
+
+def test_the_threshold_adapts_to_the_step_time() -> None:
+    det = HangDetector(HangConfig(k=5.0, floor_s=1.0))
+    run_steps(det, range(2), 6, period_s=4.0)
+    assert det.threshold_s("j") == 20.0
