@@ -1,0 +1,107 @@
+"""Job board: how much slower than ideal the job runs, and who is to blame."""
+
+ANALYSED = "job = '${job}' AND $__timeFilter(time) AND t_sim IS NOT NULL"
+"""Steps of the job in range that the what-if engine simulated (partial ones are not)."""
+
+WORLD_SIZE = "(SELECT nullIf(max(world_size), 0) FROM jobs FINAL WHERE job = '${job}')"
+"""GPUs of the job, from the jobs table (NULL, so 'no data', when the job is unknown)."""
+
+SLOWDOWN = f"""
+SELECT sum(t_sim) / sum(t_ideal) AS S
+FROM steps FINAL
+WHERE {ANALYSED}
+"""
+
+WASTE = f"""
+SELECT 1 - sum(t_ideal) / sum(t_sim) AS W
+FROM steps FINAL
+WHERE {ANALYSED}
+"""
+
+GPU_HOURS_WASTED = f"""
+SELECT sum(t_base * waste) * {WORLD_SIZE} / 3600 AS gpu_hours_wasted
+FROM steps FINAL
+WHERE {ANALYSED}
+"""
+
+PARTIAL_STEPS = """
+SELECT countIf(partial = 1) AS partial_steps
+FROM steps FINAL
+WHERE job = '${job}' AND $__timeFilter(time)
+"""
+
+STEP_TIMES = """
+SELECT time, t_base AS recorded, t_sim AS simulated, t_ideal AS ideal
+FROM steps FINAL
+WHERE job = '${job}' AND $__timeFilter(time)
+ORDER BY time
+"""
+
+SLOWDOWN_OVER_TIME = f"""
+SELECT $__timeInterval(time) AS time,
+       sum(t_sim) / sum(t_ideal) AS S,
+       1 - sum(t_ideal) / sum(t_sim) AS W
+FROM steps FINAL
+WHERE {ANALYSED}
+GROUP BY time
+ORDER BY time
+"""
+
+GPU_HOURS_OVER_TIME = f"""
+SELECT $__timeInterval(time) AS time,
+       sum(t_base * waste) * {WORLD_SIZE} / 3600 AS gpu_hours_wasted
+FROM steps FINAL
+WHERE {ANALYSED}
+GROUP BY time
+ORDER BY time
+"""
+
+STEP_COUNTS_OVER_TIME = """
+SELECT $__timeInterval(time) AS time,
+       countIf(partial = 1) AS partial_steps,
+       countIf(partial = 0) AS complete_steps
+FROM steps FINAL
+WHERE job = '${job}' AND $__timeFilter(time)
+GROUP BY time
+ORDER BY time
+"""
+
+
+def top_attribution(dimension: str, label: str) -> str:
+    """Mean S_g per group over the analysed steps in range, largest first.
+
+    step_attribution holds rows only for steps slow enough to attribute (S >= 1.03);
+    the other steps count as 1 (no slowdown from anyone), hence 1 + sum(excess) / steps.
+    """
+    return f"""
+SELECT `group` AS {label},
+       1 + sum(slowdown - 1) / (SELECT count() FROM steps FINAL WHERE {ANALYSED}) AS S_g
+FROM step_attribution FINAL
+WHERE job = '${{job}}' AND dimension = '{dimension}' AND $__timeFilter(time)
+GROUP BY `group`
+ORDER BY S_g DESC
+LIMIT 10
+"""
+
+
+TOP_OPTYPES = top_attribution("optype", "optype")
+TOP_STAGES = top_attribution("stage", "stage")
+TOP_DP_RANKS = top_attribution("dp_rank", "dp_rank")
+
+STEPS = """
+SELECT step, time, t_base AS recorded_s, t_sim AS simulated_s, t_ideal AS ideal_s,
+       slowdown AS S, waste AS W, if(partial = 1, 'partial', 'complete') AS status,
+       arrayStringConcat(missing_workers, ' ') AS missing_workers, n_ops
+FROM steps FINAL
+WHERE job = '${job}' AND $__timeFilter(time)
+ORDER BY step DESC
+LIMIT 500
+"""
+
+ALERTS = """
+SELECT time, kind, state, severity, summary, alert_id
+FROM alerts
+WHERE job = '${job}' AND $__timeFilter(time)
+ORDER BY time DESC
+LIMIT 200
+"""
