@@ -1,0 +1,27 @@
+"""The dead-letter row of a message that could not be decoded (one shape for every topic)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+PAYLOAD_BYTES = 4096
+"""How much of a rejected message the row keeps (enough to debug)."""
+
+
+def dead_letter_row(
+    data: bytes, source: Any, now_ns: int, reason: str, detail: str
+) -> dict[str, Any]:
+    """``source`` is a :class:`rankwatch.streams.pipeline.Source` (topic, partition,
+    offset, key)."""
+    return {
+        "time": datetime.fromtimestamp(now_ns / 1e9, tz=UTC),
+        "topic": source.topic,
+        "partition": source.partition,
+        "offset": source.offset,
+        "key": (source.key or b"").decode("utf-8", "replace"),
+        "reason": reason,
+        "detail": detail[:1000],
+        "payload": data[:PAYLOAD_BYTES].decode("utf-8", "replace"),
+        "payload_bytes": len(data),
+    }

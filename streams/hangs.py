@@ -1,0 +1,159 @@
+"""Heartbeats and stack dumps in, hang rows and alerts out (no I/O, no clock reads).
+
+The stream worker feeds every ``heartbeats`` and ``stacks`` message here and calls
+:meth:`HangService.on_tick` every second or so; it stores the rows and publishes
+the alert messages it gets back. Bad messages become dead-letter rows, as in the ops
+pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from rankwatch.schemas.codec import InvalidMessage, decode
+from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
+from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
+from rankwatch.streams.pipeline import Output, Source
+
+MAX_DUMPS_PER_JOB = 4096
+"""Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
+
+
+@dataclass
+class HangService:
+    config: HangConfig = field(default_factory=HangConfig)
+    dead_letters: int = 0
+
+    def __post_init__(self) -> None:
+        self.detector = HangDetector(self.config)
+        self._dumps: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
+
+    def on_heartbeat(self, data: bytes, source: Source, now_ns: int) -> Output:
+        try:
+            self.detector.observe(decode("heartbeats", data), now_ns)
+        except InvalidMessage as exc:
+            return self._dead(data, source, now_ns, exc)
+        return Output()
+
+    def on_stacks(self, data: bytes, source: Source, now_ns: int) -> Output:
+        """Keep the rank's latest dump; if its job is hung, re-merge the episode's stacks."""
+        try:
+            message = decode("stacks", data)
+        except InvalidMessage as exc:
+            return self._dead(data, source, now_ns, exc)
+        dumps = self._dumps.setdefault(message["job"], {})
+        dumps.pop(message["rank"], None)
+        dumps[message["rank"]] = message["threads"]
+        while len(dumps) > MAX_DUMPS_PER_JOB:
+            dumps.pop(next(iter(dumps)))
+        out = Output()
+        for episode in self.detector.episodes():
+            if episode.job == message["job"]:
+                _add_stacks(out, episode, self.merged(episode), now_ns)
+        return out
+
+    def on_tick(self, now_ns: int) -> Output:
+        out = Output()
+        for episode in self.detector.evaluate(now_ns):
+            out.add("hangs", hang_row(episode, now_ns))
+            if episode.open:
+                _add_stacks(out, episode, self.merged(episode), now_ns)
+            alert = hang_alert(episode, now_ns)
+            out.add("alerts", alert_row(alert))
+            out.messages.append(("alerts", episode.job, alert))
+        return out
+
+    def merged(self, episode: Episode) -> list[MergedStack]:
+        ranks = [r.rank for r in self.detector.ranks(episode.job)]
+        return merge_stacks(self._dumps.get(episode.job, {}), ranks)
+
+    def _dead(self, data: bytes, source: Source, now_ns: int, exc: InvalidMessage) -> Output:
+        self.dead_letters += 1
+        out = Output()
+        out.add("dead_letters", dead_letter_row(data, source, now_ns, exc.reason, exc.detail))
+        return out
+
+
+def hang_row(ep: Episode, now_ns: int) -> dict[str, Any]:
+    return {
+        "job": ep.job,
+        "episode_id": ep.episode_id,
+        "time": _utc(ep.declared_ns),
+        "last_progress": _utc(ep.last_progress_ns),
+        "resolved_at": None if ep.resolved_ns is None else _utc(ep.resolved_ns),
+        "step": ep.step,
+        "culprit_ranks": list(ep.culprits),
+        "waiting_ranks": list(ep.waiting),
+        "silent_ranks": list(ep.silent),
+        "culprit_hosts": list(ep.culprit_hosts),
+        "culprit_where": ep.culprit_where,
+        "summary": ep.summary,
+        "version": now_ns,
+    }
+
+
+def hang_alert(ep: Episode, now_ns: int) -> dict[str, Any]:
+    """The ``alerts`` message of an episode (one id per episode, firing then resolved)."""
+    return {
+        "schema": "alerts",
+        "version": 1,
+        "alert_id": ep.episode_id,
+        "job": ep.job,
+        "kind": "hang",
+        "state": "firing" if ep.open else "resolved",
+        "severity": "critical" if ep.open else "info",
+        "ts_ns": now_ns,
+        "summary": ep.summary if ep.open else f"resolved: {ep.summary}",
+        "evidence": {
+            "culprits": list(ep.culprits),
+            "waiting": list(ep.waiting),
+            "silent": list(ep.silent),
+            "suspects": list(ep.suspects),
+            "first_stopped": ep.first_stopped,
+            "culprit_hosts": list(ep.culprit_hosts),
+            "where": ep.culprit_where,
+            "step": ep.step,
+        },
+    }
+
+
+def alert_row(alert: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "job": alert["job"],
+        "alert_id": alert["alert_id"],
+        "kind": alert["kind"],
+        "state": alert["state"],
+        "severity": alert["severity"],
+        "time": _utc(alert["ts_ns"]),
+        "summary": alert["summary"],
+        "evidence": orjson.dumps(alert["evidence"]).decode(),
+    }
+
+
+def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int) -> None:
+    for m in merged:
+        out.add(
+            "stacks",
+            {
+                "job": ep.job,
+                "episode_id": ep.episode_id,
+                "time": _utc(ep.declared_ns),
+                "stack": m.stack,
+                "native": int(m.native),
+                "ranks": list(m.ranks),
+                "ranks_text": m.ranks_text,
+                "absent_ranks_text": m.absent_text,
+                "n_ranks": len(m.ranks),
+                "version": now_ns,
+            },
+        )
+
+
+def _utc(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)

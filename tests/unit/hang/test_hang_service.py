@@ -1,0 +1,91 @@
+"""The hang service: messages in, hangs/stacks rows and one alert per episode out."""
+
+from __future__ import annotations
+
+from rankwatch.schemas.codec import decode, encode
+from rankwatch.streams.hang.detector import NS, HangConfig
+from rankwatch.streams.hangs import HangService
+from rankwatch.streams.pipeline import Source
+
+SRC = Source("rankwatch.heartbeats")
+
+
+def heartbeat(rank: int, step: int, since_s: float, optype: str) -> bytes:
+    return encode(
+        "heartbeats",
+        {
+            "schema": "heartbeats",
+            "version": 1,
+            "job": "j",
+            "host": f"h{rank}",
+            "rank": rank,
+            "dp_rank": rank,
+            "pp_rank": 0,
+            "tp_rank": 0,
+            "cp_rank": 0,
+            "sent_ns": int(since_s * NS),
+            "step": step,
+            "pid": 1,
+            "last_done": None,
+            "in_flight": {
+                "optype": optype,
+                "seq_id": 0,
+                "mb_id": -1,
+                "since_ns": int(since_s * NS),
+            },
+        },
+    )
+
+
+def dump(rank: int, fn: str) -> bytes:
+    frames = [
+        {"file": "t.py", "line": 1, "function": "main"},
+        {"file": "t.py", "line": 2, "function": fn},
+    ]
+    return encode(
+        "stacks",
+        {
+            "schema": "stacks",
+            "version": 1,
+            "job": "j",
+            "host": f"h{rank}",
+            "rank": rank,
+            "sent_ns": 1,
+            "reason": "op in flight too long",
+            "threads": [{"name": "Main", "thread_id": 1, "native": False, "frames": frames}],
+        },
+    )
+
+
+def test_episode_rows_stacks_and_a_single_firing_then_resolved_alert() -> None:
+    svc = HangService(HangConfig(floor_s=5, silent_after_s=3))
+    for r in range(3):
+        svc.on_heartbeat(heartbeat(r, 1, 0.0, "forward-compute"), SRC, 0)
+    for r in (0, 1):
+        svc.on_stacks(dump(r, "all_reduce_wait"), Source("rankwatch.stacks"), NS)
+    alerts = []
+    for t in range(1, 12):
+        for r in (0, 1):  # rank 2 went silent; 0 and 1 wait in the all-reduce
+            svc.on_heartbeat(heartbeat(r, 1, 0.5, "grads-reduce-scatter"), SRC, t * NS)
+        out = svc.on_tick(t * NS)
+        alerts += [m for kind, _, m in out.messages if kind == "alerts"]
+        if out.rows.get("hangs"):
+            hang = out.rows["hangs"][0]
+            stacks = out.rows["stacks"]
+    assert [a["state"] for a in alerts] == ["firing"]
+    assert decode("alerts", encode("alerts", alerts[0]))["evidence"]["culprits"] == [2]
+    assert hang["culprit_ranks"] == [2] and hang["waiting_ranks"] == [0, 1]
+    assert stacks[0]["ranks_text"] == "0-1" and stacks[0]["absent_ranks_text"] == "2"
+
+    svc.on_heartbeat(heartbeat(2, 1, 13.0, "grads-reduce-scatter"), SRC, 13 * NS)
+    out = svc.on_tick(13 * NS)
+    (resolved,) = [m for kind, _, m in out.messages if kind == "alerts"]
+    assert resolved["state"] == "resolved" and resolved["alert_id"] == alerts[0]["alert_id"]
+    assert out.rows["hangs"][0]["resolved_at"] is not None
+
+
+def test_bad_heartbeats_are_dead_letters() -> None:
+    svc = HangService()
+    out = svc.on_heartbeat(b'{"schema": "heartbeats", "version": 3}', SRC, 0)
+    assert out.rows["dead_letters"][0]["reason"] == "unknown-version"
+    assert svc.dead_letters == 1
