@@ -1,0 +1,72 @@
+"""``rankwatch hang report JOB``: a job's hang episodes and their merged stacks.
+
+Prints each episode (culprit, waiting ranks, where the culprit is) and its merged
+stacks in folded-stack text (``frame;frame;frame COUNT``), which flame graph tools
+read as is (``--folded`` prints only that, for piping).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("hang", help="hang episodes of a job and their merged stacks")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    report = verbs.add_parser("report", help="episodes and merged stacks of JOB")
+    report.add_argument("job")
+    report.add_argument("--clickhouse", help="DSN (default from config and environment)")
+    report.add_argument("--episode", help="only this episode id (default: the latest)")
+    report.add_argument("--folded", action="store_true", help="print folded stacks only")
+    report.set_defaults(func=run_report)
+
+
+EPISODES_SQL = """
+SELECT episode_id, time, resolved_at, step, culprit_ranks, waiting_ranks, silent_ranks,
+       culprit_hosts, culprit_where, summary
+FROM hangs FINAL WHERE job = {job:String} ORDER BY time DESC
+"""
+STACKS_SQL = """
+SELECT stack, native, n_ranks, ranks_text, absent_ranks_text
+FROM stacks FINAL WHERE job = {job:String} AND episode_id = {episode:String}
+ORDER BY n_ranks DESC, stack
+"""
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from rankwatch.config import load_config
+    from rankwatch.errors import UserError
+    from rankwatch.streams.hang.ranges import format_ranges
+    from rankwatch.streams.store import Store, StoreError
+
+    config = load_config().clickhouse
+    try:
+        with Store.connect(args.clickhouse or config.dsn, config.database or None) as store:
+            episodes = store.query(EPISODES_SQL, {"job": args.job})
+            if args.episode:
+                episodes = [e for e in episodes if e["episode_id"] == args.episode]
+            if not episodes:
+                raise UserError(f"no hang episode recorded for job {args.job!r}")
+            episode = episodes[0]
+            stacks = store.query(STACKS_SQL, {"job": args.job, "episode": episode["episode_id"]})
+    except StoreError as exc:
+        raise UserError(str(exc)) from exc
+    if args.folded:
+        print("".join(f"{s['stack']} {s['n_ranks']}\n" for s in stacks), end="")
+        return 0
+    state = "open" if episode["resolved_at"] is None else f"resolved {episode['resolved_at']}"
+    print(f"episode {episode['episode_id']} ({state}), declared {episode['time']}")
+    print(episode["summary"])
+    print(
+        f"culprits: {format_ranges(episode['culprit_ranks'])} on "
+        f"{', '.join(episode['culprit_hosts'])}: {episode['culprit_where']}"
+    )
+    print(
+        f"waiting: {format_ranges(episode['waiting_ranks'])}; "
+        f"silent: {format_ranges(episode['silent_ranks']) or '-'}"
+    )
+    print("\nmerged stacks (ranks in the path | ranks not in it):")
+    for s in stacks:
+        print(f"  [{s['ranks_text']} | {s['absent_ranks_text'] or '-'}] {s['stack']}")
+    return 0
