@@ -22,6 +22,8 @@ COMMANDS = (
     "rankwatch.commands.db",
     "rankwatch.commands.whatif",
     "rankwatch.commands.hang",
+    "rankwatch.commands.grafana",
+    "rankwatch.commands.report",
 )
 
 

@@ -1,0 +1,52 @@
+"""``rankwatch report JOB``: a job's key numbers for the terminal, and optionally a
+self-contained HTML file with the worker heatmap, for a ticket."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="a job's slowdown, blame and worker heatmap, without Grafana",
+        description="Read a job's analysed steps from ClickHouse and print its key numbers"
+        " (the same queries as the Grafana boards); --html also writes them with the"
+        " worker heatmap into one self-contained HTML file.",
+    )
+    parser.add_argument("job", help="job id")
+    parser.add_argument(
+        "--clickhouse",
+        metavar="DSN",
+        help="chdb://<dir> or http(s)://user:pw@host:port/db"
+        " (default: $RANKWATCH_CLICKHOUSE, else chdb://var/chdb)",
+    )
+    parser.add_argument("--database", help="database (default: $RANKWATCH_DATABASE)")
+    parser.add_argument("--html", type=Path, metavar="FILE", help="also write the HTML report")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankwatch.config import load_config
+    from rankwatch.errors import UserError
+    from rankwatch.grafana.report import NoSuchJob, collect, format_text
+    from rankwatch.grafana.report_html import render_html
+    from rankwatch.streams.store import Store, StoreError
+
+    config = load_config().clickhouse
+    dsn = args.clickhouse or config.dsn
+    try:
+        with Store.connect(dsn, args.database or config.database or None) as store:
+            report = collect(store, args.job)
+    except StoreError as exc:
+        raise UserError(str(exc)) from exc
+    except NoSuchJob as exc:
+        raise UserError(f"job {args.job!r} has no steps in {dsn}") from exc
+    print(format_text(report))
+    if args.html:
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        args.html.write_text(render_html(report), encoding="utf-8")
+        print(f"\nHTML report: {args.html}")
+    return 0
