@@ -21,6 +21,7 @@ COMMANDS = (
     "rankwatch.commands.worker",
     "rankwatch.commands.db",
     "rankwatch.commands.whatif",
+    "rankwatch.commands.minder",
     "rankwatch.commands.hang",
     "rankwatch.commands.grafana",
     "rankwatch.commands.report",

@@ -1,0 +1,128 @@
+"""``rankwatch minder train|eval|detect``: Minder's offline training, study and detection.
+
+Training needs torch (the ``torch`` extra); detection with a trained model does not.
+The data format is that of ``../shared/data/asd/``: one ``omi-*.npz`` per server with
+``train`` [T, K], ``test`` [T, K] and (for eval) ``test_label`` [T].
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = """\
+train:  train the per-metric LSTM-VAE denoisers on the train split of every omi-*.npz
+        in DIR and write the model (numpy arrays, thresholds from the train split).
+eval:   train, then detect on the test split with leave-one-server-out selection of
+        the metric priority, threshold quantile and continuity; print precision,
+        recall, F1 and detection delay of Minder, the Mahalanobis baseline and the
+        ablations.
+detect: run a trained model on the test split of DIR and list the machines reported."""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "minder",
+        help="faulty-machine detector: train, evaluate, detect",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    train = sub.add_parser("train", help="train the denoisers on DIR's train split")
+    train.add_argument("dir", type=Path, metavar="DIR")
+    train.add_argument("--out", type=Path, required=True, metavar="MODEL.npz")
+    train.add_argument("--quantile", type=float, default=0.95)
+    evaluate = sub.add_parser("eval", help="train and score Minder against the baseline")
+    evaluate.add_argument("dir", type=Path, metavar="DIR")
+    evaluate.add_argument("--format", choices=("text", "json"), default="text")
+    detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
+    detect.add_argument("dir", type=Path, metavar="DIR")
+    detect.add_argument("--model", type=Path, required=True, metavar="MODEL.npz")
+    detect.add_argument("--continuity", type=int, default=2)
+    for p in (train, evaluate):
+        p.add_argument("--epochs", type=int, default=5)
+        p.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rankwatch.errors import UserError
+
+    if not args.dir.is_dir() or not any(args.dir.glob("omi-*.npz")):
+        raise UserError(f"{args.dir}: no omi-*.npz files there")
+    return {"train": _train, "eval": _eval, "detect": _detect}[args.action](args)
+
+
+def _train_config(args: argparse.Namespace) -> Any:
+    from rankwatch.errors import UserError
+
+    try:
+        from rankwatch.streams.minder_train import TrainConfig
+    except ImportError as exc:
+        raise UserError(f"training needs torch (pip install 'rankwatch[torch]'): {exc}") from exc
+    return TrainConfig(epochs=args.epochs, seed=args.seed)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import numpy as np
+
+    from rankwatch.streams.minder import MinderConfig, calibrate_thresholds, metric_scores
+    from rankwatch.streams.minder.serial import model_to_arrays
+    from rankwatch.streams.minder_train import load_group, train_model
+
+    cfg = _train_config(args)
+    group, names = load_group(args.dir)
+    model = train_model(group.train_MTK, group.metrics, cfg)
+    config = MinderConfig(window=cfg.window, stride=cfg.window // 2)
+    scores = metric_scores(group.train_MTK, model, config)
+    model = replace(model, thresholds=calibrate_thresholds(scores, group.metrics, args.quantile))
+    save: Any = np.savez  # numpy's stub types **arrays as the allow_pickle flag
+    save(args.out, **model_to_arrays(model))
+    print(f"trained {len(group.metrics)} denoisers on {len(names)} servers -> {args.out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import orjson
+
+    from rankwatch.streams.minder_train import evaluate_dir
+
+    out = evaluate_dir(args.dir, _train_config(args))
+    if args.format == "json":
+        print(orjson.dumps(out).decode())
+        return 0
+    for name in ("minder", "baseline", *out["ablations"]):
+        r = out.get(name) or out["ablations"][name]
+        print(
+            f"{name:26s} precision {r['precision']:.3f}  recall {r['recall']:.3f}  "
+            f"f1 {r['f1']:.3f}  delay {r['mean_delay_points']} points"
+        )
+    return 0
+
+
+def _detect(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    import numpy as np
+
+    from rankwatch.errors import UserError
+    from rankwatch.streams.minder import MinderConfig, detect
+    from rankwatch.streams.minder.serial import model_from_arrays
+    from rankwatch.streams.minder_train import load_group
+
+    try:
+        model = model_from_arrays(dict(np.load(args.model, allow_pickle=False)))
+    except (OSError, KeyError, ValueError) as exc:
+        raise UserError(f"cannot read model {args.model}: {exc}") from exc
+    group, names = load_group(args.dir)
+    window = next(iter(model.denoisers.values())).window if model.denoisers else 8
+    config = replace(MinderConfig(window=window, stride=window // 2), continuity=args.continuity)
+    det = detect(group.test_MTK, model, config)
+    for n, m in zip(*np.nonzero(det.confirmed_NM), strict=True):
+        start = int(det.starts[n])
+        metric = model.metrics[int(det.metric_N[n])]
+        print(f"{names[m]}\tpoints {start}-{start + window - 1}\tmetric {metric}")
+    return 0

@@ -1,0 +1,34 @@
+"""Minder, the faulty-machine detector (DETECTION.md section 2): a pure numpy library.
+
+No I/O, no clock, no torch: the stream worker and the CLI feed it arrays and read
+arrays back. Modules: ``grid`` (alignment, gap filling, normalisation), ``vae``
+(LSTM-VAE forward pass from exported weights), ``similarity``, ``continuity``,
+``priority`` (metric order from labelled windows), ``detector`` (the four together),
+``baseline`` (Mahalanobis), ``evaluation`` (precision, recall, F1, delay),
+``episodes`` (one alert per faulty-machine episode).
+"""
+
+from rankwatch.streams.minder.detector import (
+    Detection,
+    MinderConfig,
+    MinderModel,
+    calibrate_thresholds,
+    detect,
+    metric_scores,
+)
+from rankwatch.streams.minder.grid import align_to_grid, bounds_of, fill_gaps, normalise
+from rankwatch.streams.minder.vae import VaeWeights
+
+__all__ = [
+    "Detection",
+    "MinderConfig",
+    "MinderModel",
+    "VaeWeights",
+    "align_to_grid",
+    "bounds_of",
+    "calibrate_thresholds",
+    "detect",
+    "fill_gaps",
+    "metric_scores",
+    "normalise",
+]

@@ -1,0 +1,60 @@
+"""Similarity: how far each machine's window lies from every other machine's.
+
+Machines of one job do the same work, so per metric their windows look alike; a
+faulty machine's window drifts away from all the others at once. Per window and
+metric: the pairwise RMS distances between the machines' (denoised) windows, each
+machine's mean distance to the others, and a normalised score that says how many
+times farther than the typical machine it lies:
+
+    score_m = (d_m - median(d)) / (median(d) + floor)
+
+``floor`` (in normalised metric units) keeps a job whose machines are all flat from
+turning tiny differences into large scores. The score does not grow with the number
+of machines, so one threshold serves a job of 6 machines and one of 1,000.
+
+Legend: M machines, T grid points, W window length, N windows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+F64 = NDArray[np.float64]
+
+
+def window_starts(length: int, window: int, stride: int) -> NDArray[np.int64]:
+    """Start indices of the full windows of ``window`` points every ``stride`` points."""
+    if window <= 0 or stride <= 0:
+        raise ValueError("window and stride must be positive")
+    if length < window:
+        return np.zeros(0, dtype=np.int64)
+    return np.arange(0, length - window + 1, stride, dtype=np.int64)
+
+
+def mean_distances(w_MW: NDArray[np.floating]) -> F64:
+    """Each machine's mean RMS distance to the other machines' windows."""
+    w = np.asarray(w_MW, dtype=np.float64)
+    m, width = w.shape
+    if m < 2:
+        return np.zeros(m)
+    sq = np.einsum("mw,mw->m", w, w)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (w @ w.T)
+    np.maximum(d2, 0.0, out=d2)
+    d = np.sqrt(d2 / width)
+    return np.asarray(d.sum(axis=1) / (m - 1))
+
+
+def normalised_scores(d_M: F64, floor: float) -> F64:
+    med = float(np.median(d_M))
+    return (d_M - med) / (med + floor)
+
+
+def window_scores(
+    x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
+) -> F64:
+    """Scores (N, M) of one metric's series over the given windows."""
+    out = np.empty((starts.size, x_MT.shape[0]))
+    for n, s in enumerate(starts):
+        out[n] = normalised_scores(mean_distances(x_MT[:, s : s + window]), floor)
+    return out

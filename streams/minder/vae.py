@@ -1,0 +1,140 @@
+"""The LSTM-VAE denoiser's forward pass in numpy, from exported weights.
+
+One small model per metric (the paper: window 8, hidden 4, latent 8, one layer)
+reconstructs each window of that metric; Minder measures distances between the
+reconstructions, which keeps the shape of a machine's series and drops its jitter.
+Training happens offline with torch (``rankwatch.streams.minder_train``); the stream
+worker only needs these arrays, so it runs without torch.
+
+Architecture (the trainer builds exactly this): an encoder LSTM reads the window one
+value at a time; its last hidden state gives the latent mean (the variance head is
+used only in training); a decoder LSTM reads the latent mean at every step and a
+linear layer maps its hidden state to the reconstructed value. Gate order is
+PyTorch's (input, forget, cell, output).
+
+Legend: B windows, L window length, H hidden size, Z latent size, I input size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = NDArray[np.float32]
+Arr = NDArray[Any]
+WEIGHT_NAMES = (
+    "enc_w_ih",  # (4H, I)
+    "enc_w_hh",  # (4H, H)
+    "enc_b",  # (4H,) = bias_ih + bias_hh
+    "mu_w",  # (Z, H)
+    "mu_b",  # (Z,)
+    "dec_w_ih",  # (4H, Z)
+    "dec_w_hh",  # (4H, H)
+    "dec_b",  # (4H,)
+    "out_w",  # (I, H)
+    "out_b",  # (I,)
+)
+
+
+@dataclass(frozen=True)
+class VaeWeights:
+    """The inference weights of one LSTM-VAE; ``window`` is the length it was trained on."""
+
+    window: int
+    arrays: Mapping[str, F32]
+
+    @property
+    def inputs(self) -> int:
+        return int(self.arrays["enc_w_ih"].shape[1])
+
+    def to_arrays(self, prefix: str = "") -> dict[str, NDArray[np.float32 | np.int64]]:
+        out: dict[str, NDArray[np.float32 | np.int64]] = {
+            prefix + k: np.asarray(v) for k, v in self.arrays.items()
+        }
+        out[prefix + "window"] = np.array(self.window, dtype=np.int64)
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, NDArray], prefix: str = "") -> VaeWeights:
+        missing = [n for n in WEIGHT_NAMES if prefix + n not in arrays]
+        if missing:
+            raise ValueError(f"VAE weights lack {', '.join(prefix + m for m in missing)}")
+        return cls(
+            window=int(arrays[prefix + "window"]),
+            arrays={n: np.asarray(arrays[prefix + n], dtype=np.float32) for n in WEIGHT_NAMES},
+        )
+
+
+def _scaled(w: F32, hidden: int) -> F32:
+    """Halve the rows of the sigmoid gates so that one tanh serves all four gates:
+    sigmoid(x) = (tanh(x / 2) + 1) / 2."""
+    scale = np.full(4 * hidden, 0.5, dtype=np.float32)
+    scale[2 * hidden : 3 * hidden] = 1.0
+    return (w.T * scale).astype(np.float32) if w.ndim == 2 else (w * scale).astype(np.float32)
+
+
+def _lstm_step(pre: Arr, h: Arr, c: Arr, w_hh_t: Arr, hidden: int) -> tuple[Arr, Arr]:
+    gates = pre + h @ w_hh_t
+    np.tanh(gates, out=gates)
+    i = gates[:, :hidden] * 0.5 + 0.5
+    f = gates[:, hidden : 2 * hidden] * 0.5 + 0.5
+    g = gates[:, 2 * hidden : 3 * hidden]
+    o = gates[:, 3 * hidden :] * 0.5 + 0.5
+    c = f * c + i * g
+    return o * np.tanh(c), c
+
+
+def reconstruct(weights: VaeWeights, x_BLI: F32) -> F32:
+    """Reconstruct a batch of windows (B, L, I) -> (B, L, I) with the latent mean."""
+    a = weights.arrays
+    hidden = a["enc_w_hh"].shape[1]
+    b, length, _ = x_BLI.shape
+    x = np.asarray(x_BLI, dtype=np.float32)
+    enc_ih, enc_hh = _scaled(a["enc_w_ih"], hidden), _scaled(a["enc_w_hh"], hidden)
+    enc_b = _scaled(a["enc_b"], hidden)
+    h = np.zeros((b, hidden), dtype=np.float32)
+    c = np.zeros((b, hidden), dtype=np.float32)
+    for t in range(length):
+        h, c = _lstm_step(x[:, t] @ enc_ih + enc_b, h, c, enc_hh, hidden)
+    mu = h @ a["mu_w"].T + a["mu_b"]
+    dec_pre = mu @ _scaled(a["dec_w_ih"], hidden) + _scaled(a["dec_b"], hidden)
+    dec_hh = _scaled(a["dec_w_hh"], hidden)
+    h = np.zeros((b, hidden), dtype=np.float32)
+    c = np.zeros((b, hidden), dtype=np.float32)
+    hs = np.empty((length, b, hidden), dtype=np.float32)
+    for t in range(length):
+        h, c = _lstm_step(dec_pre.copy(), h, c, dec_hh, hidden)
+        hs[t] = h
+    out = hs @ a["out_w"].T + a["out_b"]
+    return np.ascontiguousarray(out.transpose(1, 0, 2))
+
+
+def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
+    """Reconstruct whole series (M, T) of one metric chunk by chunk (chunks of the model's
+    window; a last partial chunk is padded with its final value and cut back)."""
+    m, t = x_MT.shape
+    w = weights.window
+    n = -(-t // w)
+    padded = np.empty((m, n * w), dtype=np.float32)
+    padded[:, :t] = x_MT
+    if n * w > t:
+        padded[:, t:] = x_MT[:, -1:]
+    rec = reconstruct(weights, padded.reshape(m * n, w, 1))
+    return rec.reshape(m, n * w)[:, :t]
+
+
+def denoise_joint(weights: VaeWeights, x_MTK: NDArray[np.floating]) -> F32:
+    """The ablation "one joint model": all K metrics through one VAE with K inputs."""
+    m, t, k = x_MTK.shape
+    w = weights.window
+    n = -(-t // w)
+    padded = np.empty((m, n * w, k), dtype=np.float32)
+    padded[:, :t] = x_MTK
+    if n * w > t:
+        padded[:, t:] = x_MTK[:, -1:]
+    rec = reconstruct(weights, padded.reshape(m * n, w, k))
+    return rec.reshape(m, n * w, k)[:, :t]

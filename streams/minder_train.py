@@ -1,0 +1,159 @@
+"""Offline training of Minder's LSTM-VAE denoisers with torch, and the ASD study.
+
+Imported only by ``rankwatch minder train|eval``: the stream worker runs the exported
+weights in numpy (``rankwatch.streams.minder.vae``) and never needs torch. The
+architecture here must match that forward pass: encoder LSTM -> latent mean and
+log-variance -> decoder LSTM fed the latent at every step -> linear output.
+
+Legend: B windows, L window length, I inputs (1 per metric, K for the joint model),
+M machines, T points, K metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+
+from rankwatch.streams.minder.detector import MinderModel
+from rankwatch.streams.minder.vae import VaeWeights
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    window: int = 8
+    hidden: int = 4
+    latent: int = 8
+    epochs: int = 8
+    batch: int = 256
+    lr: float = 1e-2
+    beta: float = 1e-3
+    """Weight of the KL term: small, so that reconstructions stay close to the input."""
+    stride: int = 2
+    """Training windows start every ``stride`` points."""
+    max_windows: int = 40_000
+    seed: int = 0
+
+
+class LstmVae(nn.Module):
+    def __init__(self, inputs: int, hidden: int, latent: int) -> None:
+        super().__init__()
+        self.enc = nn.LSTM(inputs, hidden, batch_first=True)
+        self.mu = nn.Linear(hidden, latent)
+        self.logvar = nn.Linear(hidden, latent)
+        self.dec = nn.LSTM(latent, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, inputs)
+
+    def forward(self, x_BLI: torch.Tensor, sample: bool = True) -> tuple[torch.Tensor, ...]:
+        _, (h, _) = self.enc(x_BLI)
+        mu, logvar = self.mu(h[-1]), self.logvar(h[-1])
+        z = mu + torch.randn_like(mu) * torch.exp(0.5 * logvar) if sample else mu
+        y, _ = self.dec(z[:, None, :].expand(-1, x_BLI.shape[1], -1))
+        return self.out(y), mu, logvar
+
+    def export(self, window: int) -> VaeWeights:
+        def a(t: torch.Tensor) -> NDArray[np.float32]:
+            return t.detach().cpu().numpy().astype(np.float32)
+
+        p = dict(self.named_parameters())
+        names = {
+            "enc_w_ih": "enc.weight_ih_l0",
+            "enc_w_hh": "enc.weight_hh_l0",
+            "mu_w": "mu.weight",
+            "mu_b": "mu.bias",
+            "dec_w_ih": "dec.weight_ih_l0",
+            "dec_w_hh": "dec.weight_hh_l0",
+            "out_w": "out.weight",
+            "out_b": "out.bias",
+        }
+        arrays = {ours: a(p[theirs]) for ours, theirs in names.items()}
+        arrays["enc_b"] = a(p["enc.bias_ih_l0"] + p["enc.bias_hh_l0"])
+        arrays["dec_b"] = a(p["dec.bias_ih_l0"] + p["dec.bias_hh_l0"])
+        return VaeWeights(window=window, arrays=arrays)
+
+
+def training_windows(x_MTI: NDArray[np.floating], cfg: TrainConfig) -> NDArray[np.float32]:
+    """(B, L, I) windows of every machine's series, subsampled to ``max_windows``."""
+    _, t, i = x_MTI.shape
+    starts = np.arange(0, t - cfg.window + 1, cfg.stride)
+    idx = starts[:, None] + np.arange(cfg.window)
+    w = np.asarray(x_MTI, dtype=np.float32)[:, idx].reshape(-1, cfg.window, i)
+    if w.shape[0] > cfg.max_windows:
+        rng = np.random.default_rng(cfg.seed)
+        w = w[rng.choice(w.shape[0], cfg.max_windows, replace=False)]
+    return w
+
+
+def train_vae(windows_BLI: NDArray[np.float32], cfg: TrainConfig) -> VaeWeights:
+    torch.manual_seed(cfg.seed)
+    model = LstmVae(windows_BLI.shape[2], cfg.hidden, cfg.latent)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    data = torch.from_numpy(windows_BLI)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    for _ in range(cfg.epochs):
+        for idx in torch.randperm(data.shape[0], generator=gen).split(cfg.batch):
+            x = data[idx]
+            y, mu, logvar = model(x)
+            kl = -0.5 * torch.mean(1 + logvar - mu.pow(2) - logvar.exp())
+            loss = torch.mean((y - x) ** 2) + cfg.beta * kl
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model.export(cfg.window)
+
+
+def train_model(
+    train_MTK: NDArray[np.floating], metrics: tuple[str, ...], cfg: TrainConfig, joint: bool = False
+) -> MinderModel:
+    """One VAE per metric (Minder), or one VAE over all metrics (the ablation)."""
+    torch.set_num_threads(1)
+    if joint:
+        weights = train_vae(training_windows(train_MTK, cfg), cfg)
+        return MinderModel(metrics=metrics, joint=weights)
+    denoisers = {
+        name: train_vae(training_windows(train_MTK[:, :, k : k + 1], cfg), cfg)
+        for k, name in enumerate(metrics)
+    }
+    return MinderModel(metrics=metrics, denoisers=denoisers)
+
+
+def load_group(directory: Path) -> Any:
+    """The ``omi-*.npz`` files of a directory as one :class:`Group` (normalised by the
+    train split's per-metric bounds, not clipped, so a test value beyond them stays)."""
+    from rankwatch.streams.minder.study import Group
+
+    files = sorted(directory.glob("omi-*.npz"), key=lambda p: (len(p.name), p.name))
+    if not files:
+        raise FileNotFoundError(f"no omi-*.npz in {directory}")
+    parts = [np.load(f, allow_pickle=False) for f in files]
+    train = np.stack([p["train"] for p in parts]).astype(np.float64)
+    test = np.stack([p["test"] for p in parts]).astype(np.float64)
+    labels = np.stack([p["test_label"] for p in parts]).astype(np.uint8)
+    low, high = train.min(axis=(0, 1)), train.max(axis=(0, 1))
+    span = np.where(high > low, high - low, 1.0)
+    metrics = tuple(f"m{k + 1}" for k in range(train.shape[2]))
+    return Group(metrics, (train - low) / span, (test - low) / span, labels), [
+        f.stem for f in files
+    ]
+
+
+def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> dict[str, Any]:
+    """Train on every server's train split, then the leave-one-server-out study."""
+    from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.study import study
+
+    group, names = load_group(directory)
+    config = detector or MinderConfig(window=train.window, stride=max(train.window // 2, 1))
+    models = {
+        "minder": train_model(group.train_MTK, group.metrics, train),
+        "joint": train_model(group.train_MTK, group.metrics, train, joint=True),
+    }
+    out = study(group, models, config)
+    out["servers"] = names
+    out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
+    return out
