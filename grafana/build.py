@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.cog.plugins import register_default_plugins
+from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from rankwatch.grafana.boards import BOARDS
 
@@ -20,10 +22,24 @@ DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
 
 
 def board_model(name: str) -> dict[str, Any]:
-    """The board ``name`` as a plain JSON object (the dashboard model Grafana stores)."""
-    built = BOARDS[name]().build()
-    model: dict[str, Any] = json.loads(json.dumps(built, cls=JSONEncoder))
-    return model
+    """The board ``name`` as a plain JSON object (the dashboard model Grafana stores).
+
+    Canonical: the built model is decoded once more by the SDK's own model, which fills
+    the defaults of each panel type, so what is written is a fixed point of
+    :func:`load_model` (the tests check that the committed files load unchanged).
+    """
+    return load_model(_plain(BOARDS[name]().build()))
+
+
+def load_model(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` decoded as the SDK's dashboard model and encoded again."""
+    register_default_plugins()  # panel options and queries decode to their typed models
+    return _plain(Dashboard.from_json(data))
+
+
+def _plain(model: Dashboard) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(json.dumps(model, cls=JSONEncoder))
+    return out
 
 
 def render(model: dict[str, Any]) -> str:

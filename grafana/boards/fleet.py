@@ -18,7 +18,7 @@ def build() -> Dashboard:
         board(UID, "rankwatch / Fleet", "Every job: where the GPU-hours go, what is alerting.")
         .with_panel(
             panels.stat(
-                "Open alerts",
+                "Alerts firing",
                 q.OPEN_ALERT_COUNTS,
                 "Alerts firing now, by severity.",
                 width=8,
