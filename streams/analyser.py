@@ -1,9 +1,12 @@
 """Live what-if per step: the job's graph cached, ideal costs from a rolling window.
 
 Wraps the online API of :mod:`rankwatch.sim` for the pipeline. Per job it infers
-the dependency model once, from the first complete step, and keeps a
-:class:`~rankwatch.sim.RollingIdeal` of recent steps; each new complete step is
-pushed into the window and analysed against it. A partial step cannot be simulated
+the dependency model once, from the first complete step, and keeps a window of per-step
+summaries keyed by step number (:class:`~rankwatch.streams.window.StepWindow`): each
+new complete step is put into the window and analysed against the ideal costs of the W
+latest analysed steps up to it. After a restart the worker rebuilds the window from the
+stored ops of the last analysed steps (:meth:`WhatIfAnalyser.restore`), so the numbers
+are those an uninterrupted run gives. A partial step cannot be simulated
 (workers are missing), and a step the model cannot represent is counted with its
 reason, never raised into the worker.
 """
@@ -19,14 +22,16 @@ from rankwatch.sim import (
     JobMeta,
     ModelError,
     OpGraph,
-    RollingIdeal,
+    Workspace,
     analyse_measured,
     infer_graph,
     measure_trace,
 )
 from rankwatch.sim.analysis import DIMENSIONS, WORTH_ATTRIBUTING
+from rankwatch.sim.ideal import summarise
 from rankwatch.streams.assembly import AssembledStep
 from rankwatch.streams.pipeline import StepAnalysis
+from rankwatch.streams.window import StepWindow
 
 DEFAULT_WINDOW = 20
 """Steps in the rolling window the ideal costs come from."""
@@ -35,7 +40,8 @@ DEFAULT_WINDOW = 20
 @dataclass
 class _JobModel:
     graph: OpGraph
-    window: RollingIdeal
+    window: StepWindow
+    workspace: Workspace
 
 
 @dataclass
@@ -57,15 +63,36 @@ class WhatIfAnalyser:
             self._jobs.pop(step.job, None)  # re-infer from the next complete step
             return None
 
-    def _analyse(self, step: AssembledStep) -> StepAnalysis:
+    def restore(self, steps: list[AssembledStep]) -> None:
+        """Refill the windows from steps analysed before a restart (not re-analysed)."""
+        for step in sorted(steps, key=lambda s: s.step):
+            try:
+                model = self._model(step)
+                model.window.put(
+                    step.step, summarise(model.graph, measure_trace(model.graph, step.trace))
+                )
+            except ModelError:
+                self._jobs.pop(step.job, None)
+
+    def forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
+
+    def _model(self, step: AssembledStep) -> _JobModel:
         model = self._jobs.get(step.job)
         if model is None:
             model = self._jobs[step.job] = _JobModel(
-                graph=infer_graph(step.trace, _meta(step)), window=RollingIdeal(self.window)
+                graph=infer_graph(step.trace, _meta(step)),
+                window=StepWindow(self.window),
+                workspace=Workspace(),
             )
+        return model
+
+    def _analyse(self, step: AssembledStep) -> StepAnalysis:
+        model = self._model(step)
         measured = measure_trace(model.graph, step.trace)
-        model.window = model.window.push(model.graph, measured)
-        result = analyse_measured(model.graph, measured, model.window.ideal())
+        model.window.put(step.step, summarise(model.graph, measured))
+        ideal = model.window.ideal(step.step)
+        result = analyse_measured(model.graph, measured, ideal, model.workspace)
         t_sim = float(result.simulated_S[0])
         t_ideal = float(result.ideal_S[0])
         return StepAnalysis(

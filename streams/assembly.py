@@ -15,7 +15,13 @@ expected worker finished it, *partial* when the grace period ran out first.
 Idempotence: a batch seen before (same rank and batch_seq) is a duplicate and is
 skipped whole; records repeated across batches collapse on (rank, optype,
 seq_id) when the step is closed. Batches for a step that was already closed are
-*late*: counted and dropped.
+*late*: counted and dropped. A closed step's records come out in one canonical order
+(by rank, op type, seq_id) whatever order they arrived in, so a step rebuilt from the
+stored ops after a restart is the same array, bit for bit, as the live one.
+
+Restarts: :meth:`StepAssembler.restore_closed` marks steps already stored as closed,
+so that re-delivered batches of those steps count as late instead of producing a
+second, partial row.
 """
 
 from __future__ import annotations
@@ -111,6 +117,17 @@ class _Job:
         return {(d, p) for d in range(dp) for p in range(pp)}
 
 
+@dataclass(frozen=True)
+class Added:
+    """What one batch did: the steps it closed, and the still open steps it fed (whose
+    rows do not exist yet, so the batch is not fully stored until they close)."""
+
+    closed: list[AssembledStep]
+    pending: tuple[int, ...]
+    fresh: bool
+    """False for a duplicate batch: nothing of it was kept."""
+
+
 class StepAssembler:
     """Collects op batches of many jobs and hands out closed steps."""
 
@@ -121,23 +138,46 @@ class StepAssembler:
 
     def add(self, batch: OpBatch, now_ns: int) -> list[AssembledStep]:
         """Take one batch; return the steps it completed (usually none or one)."""
+        return self.add_batch(batch, now_ns).closed
+
+    def add_batch(self, batch: OpBatch, now_ns: int) -> Added:
+        """Take one batch; say what it closed and which open steps it now waits on."""
         self.counters.batches_in += 1
         self.counters.records_in += len(batch)
         job = self._job(batch)
         if self._is_duplicate(job, batch):
             self.counters.duplicate_batches += 1
             self.counters.duplicate_records += len(batch)
-            return []
+            return Added([], (), fresh=False)
         if batch.tp_rank != 0 or batch.cp_rank != 0:
             self.counters.peer_records += len(batch)
-            return []
+            return Added([], (), fresh=True)
         worker = (batch.dp_rank, batch.pp_rank)
         touched = self._file_records(job, batch, worker, now_ns)
         self._file_step_ends(job, batch, worker, now_ns, touched)
         done = [s for s in sorted(touched) if job.expected <= job.open[s].done_workers()]
         closed = [self._close(batch.job, job, s, partial=False) for s in done]
         closed += self._evict_overflow(batch.job, job)
-        return closed
+        pending = tuple(s for s in sorted(touched) if s in job.open)
+        return Added(closed, pending, fresh=True)
+
+    def knows(self, job: str) -> bool:
+        return job in self._jobs
+
+    def restore_closed(self, job: str, layout: tuple[int, int], steps: list[int]) -> None:
+        """Mark ``steps`` of ``job`` as closed (stored before a restart)."""
+        state = self._jobs.get(job)
+        if state is None:
+            state = self._jobs[job] = _Job(layout=layout)
+        for step in sorted(steps):
+            state.open.pop(step, None)
+            state.closed[step] = None
+        while len(state.closed) > self.config.closed_memory:
+            state.closed.popitem(last=False)
+
+    def forget(self, job: str) -> None:
+        """Drop everything about ``job`` (its partition went to another worker)."""
+        self._jobs.pop(job, None)
 
     def expire(self, now_ns: int) -> list[AssembledStep]:
         """Close, as partial, every step whose grace period has run out."""
@@ -183,7 +223,7 @@ class StepAssembler:
         for step, lo, hi in zip(uniq.tolist(), bounds[:-1], bounds[1:], strict=True):
             if step in job.closed:
                 self.counters.late_batches += 1
-                self.counters.late_records += hi - lo
+                self.counters.late_records += int(hi - lo)
                 continue
             open_step = self._open(job, step, now_ns)
             rows = order[lo:hi]
@@ -192,7 +232,7 @@ class StepAssembler:
             chunk["stage"] = np.full(hi - lo, worker[1], dtype=np.int64)
             chunk["rank"] = np.full(hi - lo, batch.rank, dtype=np.int64)
             open_step.chunks.append(chunk)
-            open_step.received[worker] = open_step.received.get(worker, 0) + (hi - lo)
+            open_step.received[worker] = open_step.received.get(worker, 0) + int(hi - lo)
             if bool((chunk["optype"] == _OPTIMIZER).any()) and not batch.steps_done:
                 open_step.ended.add(worker)
             touched.add(step)
@@ -251,12 +291,19 @@ def _merge(chunks: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], 
     """Concatenate chunks and drop repeated (rank, optype, seq_id) records."""
     columns = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
     key = np.stack([columns["rank"], columns["optype"], columns["seq_id"]], axis=1)
-    _, first = np.unique(key, axis=0, return_index=True)
+    _, first = np.unique(key, axis=0, return_index=True)  # canonical (sorted key) order
     dups = columns["rank"].size - first.size
-    if dups:
-        first.sort()
-        columns = {c: v[first] for c, v in columns.items()}
+    columns = {c: v[first] for c, v in columns.items()}
     return columns, int(dups)
+
+
+def step_from_columns(
+    job: str, step: int, columns: dict[str, np.ndarray], layout: tuple[int, int]
+) -> AssembledStep:
+    """A complete step rebuilt from stored records (columns as in an op batch, plus
+    ``dp_rank``, ``stage`` and ``rank``), in the same canonical order as a live one."""
+    merged, _ = _merge([columns])
+    return _assembled(job, step, merged, False, (), layout)
 
 
 def _assembled(

@@ -5,6 +5,10 @@ the embedded runner call it with the message bytes, where they came from, and th
 current time, then store what it returns. A message that fails to decode becomes a
 dead-letter row with the reason; nothing raises out of :meth:`Pipeline.on_message`
 for bad input.
+
+Every call says which open steps the message still feeds (``Output.pending``): a
+consumer must not commit the message's offset before those steps closed and their rows,
+and the rows of this call, are stored.
 """
 
 from __future__ import annotations
@@ -13,7 +17,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import orjson
+
 from rankwatch.schemas.codec import InvalidMessage, decode_ops
+from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.streams.alerts import Alert, StragglerAlerts
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
 
 DEAD_LETTER_PAYLOAD_BYTES = 4096
@@ -28,6 +36,9 @@ class Source:
     partition: int = -1
     offset: int = -1
     key: bytes | None = None
+    timestamp_ns: int | None = None
+    """The broker's timestamp: dead letters carry it, so a re-delivered bad message
+    gives the same row (the table collapses it) rather than a second one."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,10 @@ class Output:
     steps: list[AssembledStep] = field(default_factory=list)
     messages: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
     """(kind, key, message) to publish once the rows are stored."""
+    ops: list[OpBatch] = field(default_factory=list)
+    """Accepted op batches, for the raw ``ops`` table (when the pipeline keeps them)."""
+    pending: tuple[tuple[str, int], ...] = ()
+    """(job, step) of the open steps the message fed: not stored until they close."""
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(table, []).append(row)
@@ -64,17 +79,23 @@ class Output:
             self.rows.setdefault(table, []).extend(rows)
         self.steps.extend(other.steps)
         self.messages.extend(other.messages)
+        self.ops.extend(other.ops)
+        self.pending += other.pending
 
     def __bool__(self) -> bool:
-        return any(self.rows.values())
+        return any(self.rows.values()) or bool(self.ops)
 
 
 @dataclass
 class Pipeline:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     analyser: StepAnalyser | None = None
+    alerts: StragglerAlerts | None = None
+    keep_ops: bool = False
+    """Also emit the accepted op batches for the raw ``ops`` table (``Output.ops``)."""
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    steps_analysed: int = 0
 
     def __post_init__(self) -> None:
         self.assembler = StepAssembler(self.assembly)
@@ -85,11 +106,42 @@ class Pipeline:
             batch = decode_ops(data)
         except InvalidMessage as exc:
             return self._dead_letter(data, source, now_ns, exc.reason, exc.detail)
+        return self.on_batch(batch, data, source, now_ns)
+
+    def on_batch(self, batch: OpBatch, data: bytes, source: Source, now_ns: int) -> Output:
+        """One decoded batch (``data`` is its message, for a dead letter)."""
         try:
-            closed = self.assembler.add(batch, now_ns)
+            added = self.assembler.add_batch(batch, now_ns)
         except (ValueError, TypeError) as exc:  # values the schema cannot express
             return self._dead_letter(data, source, now_ns, "bad-value", str(exc))
-        return self._rows_for(closed, now_ns)
+        out = self._rows_for(added.closed, now_ns)
+        out.pending = tuple((batch.job, step) for step in added.pending)
+        if added.fresh and self.keep_ops:
+            out.ops.append(batch)
+        return out
+
+    def knows(self, job: str) -> bool:
+        return self.assembler.knows(job)
+
+    def restore(self, job: str, layout: tuple[int, int], history: JobHistory) -> None:
+        """State of a job this process has not seen, from what was stored before (a
+        restart or a partition moved here): its closed steps are late from now on, its
+        windows hold its latest analysed steps, its open alert stays open."""
+        self.assembler.restore_closed(job, layout, history.closed_steps)
+        restore = getattr(self.analyser, "restore", None)
+        if restore is not None:
+            restore(history.analysed)
+        if self.alerts is not None:
+            self.alerts.restore(job, history.slowdowns, history.open_alert)
+
+    def forget(self, job: str) -> None:
+        """Drop a job's state (its partition was revoked from this worker)."""
+        self.assembler.forget(job)
+        forget = getattr(self.analyser, "forget", None)
+        if forget is not None:
+            forget(job)
+        if self.alerts is not None:
+            self.alerts.forget(job)
 
     def on_tick(self, now_ns: int) -> Output:
         """Close steps whose grace period ran out (call every second or so)."""
@@ -101,14 +153,26 @@ class Pipeline:
 
     def _rows_for(self, closed: list[AssembledStep], now_ns: int) -> Output:
         out = Output()
-        for step in closed:
+        for step in sorted(closed, key=lambda s: (s.job, s.step)):
             analysis = self.analyser.analyse(step) if self.analyser else None
             out.add("steps", step_row(step, analysis, now_ns))
             for dimension, group, value in analysis.attributions if analysis else ():
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
             out.messages.append(("steps", step.job, step_message(step, analysis)))
+            if analysis is not None:
+                self.steps_analysed += 1
+                self._alert(step, analysis, out)
         return out
+
+    def _alert(self, step: AssembledStep, analysis: StepAnalysis, out: Output) -> None:
+        if self.alerts is None:
+            return
+        top = max(analysis.attributions, key=lambda a: a[2]) if analysis.attributions else None
+        alert = self.alerts.observe(step.job, step.step, step.start_ns, analysis.slowdown, top)
+        if alert is not None:
+            out.add("alerts", alert_row(alert))
+            out.messages.append(("alerts", alert.job, alert.message()))
 
     def _dead_letter(
         self, data: bytes, source: Source, now_ns: int, reason: str, detail: str
@@ -119,7 +183,7 @@ class Pipeline:
         out.add(
             "dead_letters",
             {
-                "time": _utc(now_ns),
+                "time": _utc(source.timestamp_ns if source.timestamp_ns is not None else now_ns),
                 "topic": source.topic,
                 "partition": source.partition,
                 "offset": source.offset,
@@ -131,6 +195,30 @@ class Pipeline:
             },
         )
         return out
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """What the store remembers of a job, for :meth:`Pipeline.restore`."""
+
+    closed_steps: list[int] = field(default_factory=list)
+    analysed: list[AssembledStep] = field(default_factory=list)
+    """The latest complete, analysed steps, rebuilt from the stored ops."""
+    slowdowns: dict[int, float] = field(default_factory=dict)
+    open_alert: str | None = None
+
+
+def alert_row(alert: Alert) -> dict[str, Any]:
+    return {
+        "job": alert.job,
+        "alert_id": alert.alert_id,
+        "kind": "straggler",
+        "state": alert.state,
+        "severity": alert.severity,
+        "time": _utc(alert.ts_ns),
+        "summary": alert.summary,
+        "evidence": orjson.dumps(alert.evidence).decode(),
+    }
 
 
 def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) -> dict[str, Any]:

@@ -1,78 +1,29 @@
-"""The faust stream worker: a thin shell around :class:`Pipeline` and :class:`TableSink`.
+"""The faust stream worker: a thin shell around :class:`WorkerState`.
 
-One agent consumes ``rankwatch.ops`` (keyed by job, so one worker owns a job's
-open steps); a timer closes steps whose grace period ran out and flushes the sink.
-All logic is in the pipeline; this module only moves bytes and rows.
+One agent consumes ``<prefix>.ops`` (keyed by job, so one worker owns a job's open
+steps) with acknowledgements under our control: an event is acknowledged only when
+what it fed is stored (faust then commits the highest contiguous acknowledged offset
+per partition). A timer closes steps whose grace period ran out, stores the buffer,
+acknowledges, publishes stored results and writes the health file. All logic is in
+:mod:`~rankwatch.streams.worker_state` and the pure core; this module moves bytes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+import orjson
 
-from rankwatch.schemas.codec import encode
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.pipeline import Output, Pipeline, Source
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.health import write_status
+from rankwatch.streams.pipeline import Source
+from rankwatch.streams.worker_state import WorkerSettings, WorkerState
+
+__all__ = ["WorkerSettings", "WorkerState", "build_app"]
 
 log = logging.getLogger("rankwatch.worker")
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    bootstrap: str
-    dsn: str
-    database: str | None = None
-    """None: the DSN's database, else ``rankwatch``."""
-    group: str = "rankwatch-worker"
-    topic_prefix: str = "rankwatch"
-    """Topics are ``<prefix>.<kind>``; tests use a fresh prefix each."""
-    partitions: int = 8
-    tick_s: float = 1.0
-    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
-
-
-class WorkerState:
-    """The pipeline and the sink of one worker process; the store opens on first use."""
-
-    def __init__(self, settings: WorkerSettings) -> None:
-        self.settings = settings
-        self.pipeline = Pipeline(assembly=settings.assembly, analyser=WhatIfAnalyser())
-        self._sink: TableSink | None = None
-        self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
-
-    @property
-    def sink(self) -> TableSink:
-        if self._sink is None:
-            store = Store.connect(self.settings.dsn, database=self.settings.database)
-            store.migrate()
-            self._sink = TableSink(store)
-        return self._sink
-
-    def on_message(self, value: bytes, source: Source) -> None:
-        self._write(self.pipeline.on_message(value, source, time.time_ns()))
-
-    def on_tick(self) -> list[tuple[str, str, bytes]]:
-        """Close expired steps, store everything buffered, and return the messages that
-        may be published now (only results that are stored are announced)."""
-        self._write(self.pipeline.on_tick(time.time_ns()))
-        self.sink.flush()
-        ready, self._unpublished = self._unpublished, []
-        return [(kind, key, encode(kind, message)) for kind, key, message in ready]
-
-    def _write(self, out: Output) -> None:
-        self.sink.write(out)
-        self._unpublished.extend(out.messages)
-
-    def counters(self) -> dict[str, Any]:
-        c = self.pipeline.assembler.counters
-        return {**vars(c), "dead_letters": self.pipeline.dead_letters}
 
 
 def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
@@ -84,6 +35,9 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         topic_replication_factor=1,
         topic_partitions=settings.partitions,
         consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        stream_wait_empty=False,  # unacknowledged events wait for their steps, not rebalances
     )
     state = WorkerState(settings)
     ops_topic = app.topic(
@@ -94,13 +48,6 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-
-    @app.agent(ops_topic)
-    async def ops(stream: Any) -> None:
-        async for event in stream.events():
-            msg = event.message
-            state.on_message(event.value, Source(msg.topic, msg.partition, msg.offset, event.key))
-
     out_topics = {
         kind: app.topic(
             f"{settings.topic_prefix}.{kind}", key_serializer="raw", value_serializer="raw"
@@ -108,10 +55,56 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         for kind in ("steps", "alerts")
     }
 
+    async def settle() -> None:
+        """Store, acknowledge what is stored, announce it."""
+        for event in state.flush():
+            event.ack()
+        for kind, key, value in state.take_publishable():
+            await out_topics[kind].send(key=key.encode(), value=value)
+
+    @app.agent(ops_topic)
+    async def ops(stream: Any) -> None:
+        async for event in stream.noack().events():
+            msg = event.message
+            await _restore_first(state, event.value)
+            stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
+            source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
+            state.on_message(event, event.value, source)
+            while state.full:  # back-pressure: nothing more in memory until it is stored
+                await settle()
+                if state.full:
+                    await asyncio.sleep(min(max(state.retry_in(), 0.05), 1.0))
+
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
-        for kind, key, value in state.on_tick():
-            await out_topics[kind].send(key=key.encode(), value=value)
-        log.info("counters %s", state.counters())
+        state.on_tick()
+        await settle()
+        snapshot = state.snapshot()
+        snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in _assignment(app))
+        log.info("counters %s", orjson.dumps(snapshot).decode())
+        if settings.status_file:
+            write_status(settings.status_file, snapshot)
+
+    async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
+        await settle()
+        state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     return app, state
+
+
+async def _restore_first(state: WorkerState, value: bytes) -> None:
+    """Restore the message's job from the store if new here, waiting out store outages."""
+    need = state.needs_restore(value)
+    if need is None:
+        return
+    while not state.restore(*need):
+        await asyncio.sleep(min(max(state.retry_in(), 0.05), 5.0))
+
+
+def _assignment(app: faust.App) -> set[Any]:
+    try:
+        return set(app.consumer.assignment())
+    except Exception:  # consumer not started yet
+        return set()

@@ -1,0 +1,78 @@
+"""What the store remembers of a job, read when a worker first meets the job.
+
+A restarted worker (or one a partition moved to) re-reads messages from the last
+committed offset: batches of steps already stored must count as late (a second, partial
+row would replace the good one), the rolling windows must hold the same steps an
+uninterrupted run had, and an open alert episode must stay open. All of that is in
+ClickHouse already: the ``steps`` rows, and the raw ``ops`` of the latest analysed steps
+(from which their window summaries are recomputed exactly: the same records in the same
+canonical order give the same numbers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rankwatch.streams.assembly import AssembledStep, step_from_columns
+from rankwatch.streams.pipeline import JobHistory
+from rankwatch.streams.store import Store
+
+_CLOSED = (
+    "SELECT step, slowdown FROM steps FINAL WHERE job = {job:String} "
+    "ORDER BY step DESC LIMIT {n:UInt32}"
+)
+_OPS = (
+    "SELECT step, rank, dp_rank, pp_rank AS stage, CAST(optype, 'Int8') AS optype, seq_id, "
+    "mb_id, chunk, gmc, toUnixTimestamp64Nano(time) AS start_ns, duration_ns "
+    "FROM ops FINAL WHERE job = {job:String} AND tp_rank = 0 AND cp_rank = 0 "
+    "AND step IN {steps:Array(UInt64)}"
+)
+_OPEN_ALERT = (
+    "SELECT alert_id, state FROM alerts FINAL WHERE job = {job:String} AND kind = 'straggler' "
+    "ORDER BY time DESC, state = 'resolved' DESC LIMIT 1"
+)
+_COLUMNS = (
+    *("step", "rank", "dp_rank", "stage", "optype", "seq_id"),
+    *("mb_id", "chunk", "gmc", "start_ns", "duration_ns"),
+)
+
+
+def load_history(
+    store: Store,
+    job: str,
+    layout: tuple[int, int],
+    closed_memory: int,
+    window: int,
+    alert_window: int,
+) -> JobHistory:
+    """The job's stored closed steps, its latest analysed steps rebuilt from their ops,
+    its latest slowdowns and its firing straggler alert (if any)."""
+    rows = store.query(_CLOSED, {"job": job, "n": closed_memory})
+    closed = [int(r["step"]) for r in rows]
+    analysed = [(int(r["step"]), float(r["slowdown"])) for r in rows if r["slowdown"] is not None]
+    slowdowns = dict(analysed[:alert_window])
+    steps = [s for s, _ in analysed[:window]]
+    alert = store.query(_OPEN_ALERT, {"job": job})
+    open_alert = alert[0]["alert_id"] if alert and alert[0]["state"] == "firing" else None
+    return JobHistory(
+        closed_steps=closed,
+        analysed=_rebuild(store, job, steps, layout) if steps else [],
+        slowdowns=slowdowns,
+        open_alert=open_alert,
+    )
+
+
+def _rebuild(
+    store: Store, job: str, steps: list[int], layout: tuple[int, int]
+) -> list[AssembledStep]:
+    rows = store.query(_OPS, {"job": job, "steps": steps})
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_step.setdefault(int(row["step"]), []).append(row)
+    out = []
+    for step, records in sorted(by_step.items()):
+        columns = {c: np.array([r[c] for r in records], dtype=np.int64) for c in _COLUMNS}
+        out.append(step_from_columns(job, step, columns, layout))
+    return out

@@ -1,0 +1,144 @@
+"""Helpers for testing stream workers against a real broker and store (used by the
+integration tests and the benchmark; the structlog habit of shipping test helpers).
+
+A worker runs as a real ``rankwatch worker`` subprocess; the test follows it through
+its health file (a chDB path belongs to one process, so the test cannot query the store
+while the worker runs) and through the consumer group's committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from rankwatch.schemas.codec import encode_ops
+from rankwatch.streams.analyser import WhatIfAnalyser
+from rankwatch.streams.assembly import AssemblyConfig
+from rankwatch.streams.health import read_status
+from rankwatch.streams.pipeline import Output, Pipeline, Source
+from rankwatch.streams.replay import ReplayedBatch
+
+STEP_FIELDS = ("job", "step", "t_base", "t_sim", "t_ideal", "slowdown", "partial", "n_ops")
+
+
+class WorkerProcess:
+    """``rankwatch worker`` in a subprocess, with its log and health file."""
+
+    def __init__(
+        self, bootstrap: str, prefix: str, dsn: str, workdir: Path, name: str = "worker", **env: str
+    ) -> None:
+        self.status_file = workdir / f"{name}.status.json"
+        self.log = workdir / f"{name}.log"
+        full_env = {
+            **os.environ,
+            "RANKWATCH_KAFKA": bootstrap,
+            "RANKWATCH_TOPIC_PREFIX": prefix,
+            "RANKWATCH_GROUP": f"{prefix}-workers",
+            "RANKWATCH_CLICKHOUSE": dsn,
+            "RANKWATCH_GRACE_S": "60",
+            "RANKWATCH_STATUS_FILE": str(self.status_file),
+            "RANKWATCH_SESSION_TIMEOUT_S": "6",
+            **env,
+        }
+        self.status_file.unlink(missing_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "rankwatch", "worker"], env=full_env, stdout=out, stderr=out
+            )
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return read_status(self.status_file)
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout_s: float, what: str
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited ({self.proc.returncode}): {self.tail()}")
+            status = self.status()
+            if status and predicate(status):
+                return status
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}: {self.status()}\n{self.tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, nothing is flushed or committed."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def tail(self, n: int = 4000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
+async def _lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await admin.start()
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        ends = await consumer.end_offsets(tps)
+        offsets = await admin.list_consumer_group_offsets(group)
+        committed = {
+            tp.partition: max(om.offset, 0) for tp, om in offsets.items() if tp.topic == topic
+        }
+        return sum(ends[tp] - committed.get(tp.partition, 0) for tp in tps)
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+def uncommitted(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """Messages of ``topic`` past the group's committed offsets (0: all committed)."""
+    return asyncio.run(_lag(bootstrap, group, topic, partitions))
+
+
+def wait_committed(
+    bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    left = -1
+    while time.monotonic() < deadline:
+        left = uncommitted(bootstrap, group, topic, partitions)
+        if left == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{left} messages of {topic} still uncommitted by {group}")
+
+
+def reference_rows(
+    batches: Iterable[ReplayedBatch], window: int = 20, assembly: AssemblyConfig | None = None
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Step rows of an uninterrupted in-process run, by (job, step)."""
+    pipeline = Pipeline(
+        assembly=assembly or AssemblyConfig(grace_s=1e9), analyser=WhatIfAnalyser(window=window)
+    )
+    out = Output()
+    source = Source(topic="ops")
+    for item in batches:
+        out.extend(pipeline.on_message(encode_ops(item.batch), source, item.sent_ns))
+    out.extend(pipeline.flush(0))
+    return {(r["job"], r["step"]): r for r in out.rows.get("steps", [])}

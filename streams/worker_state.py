@@ -1,0 +1,256 @@
+"""The state of one stream worker process, between the faust shell and the pure core.
+
+It owns the pipeline, the sink, the acknowledgement tracker and the store connection,
+and holds the rules that make the worker lose nothing:
+
+- a message is acknowledged (its offset may be committed) only once everything it fed
+  is stored (:mod:`rankwatch.streams.acks`);
+- a job met for the first time is restored from the store first (its stored steps
+  count as late, its windows and open alert come back: :mod:`~.recovery`);
+- a store that fails with a transient error is retried with exponential backoff; the
+  buffer is kept, and consumption pauses while it is full (back-pressure), so nothing
+  is acknowledged past what is stored. A permanent error on one table drops that
+  table's buffered rows with an error log (retrying cannot help) and is counted.
+
+Messages to publish (steps, alerts) are released only once their rows are stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankwatch.schemas.codec import InvalidMessage, decode_ops, encode
+from rankwatch.streams.acks import AckTracker
+from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
+from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
+from rankwatch.streams.assembly import AssemblyConfig
+from rankwatch.streams.pipeline import Output, Pipeline, Source
+from rankwatch.streams.recovery import load_history
+from rankwatch.streams.sink import TableSink
+from rankwatch.streams.store import Store, StoreError
+
+log = logging.getLogger("rankwatch.worker")
+
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    bootstrap: str
+    dsn: str
+    database: str | None = None
+    """None: the DSN's database, else ``rankwatch``."""
+    group: str = "rankwatch-worker"
+    topic_prefix: str = "rankwatch"
+    """Topics are ``<prefix>.<kind>``; tests use a fresh prefix each."""
+    partitions: int = 8
+    tick_s: float = 1.0
+    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    alerts: AlertConfig = field(default_factory=AlertConfig)
+    window: int = DEFAULT_WINDOW
+    keep_ops: bool = True
+    """Store raw op records (``ops`` table, TTL): needed to restore windows on restart."""
+    max_buffered_rows: int = 200_000
+    """Sink rows (op records included) buffered before a flush; consumption pauses while
+    a full buffer cannot be stored."""
+    session_timeout_s: float = 30.0
+    """Kafka group session: how long a dead worker's partitions wait before moving."""
+    status_file: str | None = None
+    """Where the worker writes its health (JSON) every tick; see ``rankwatch worker --health``."""
+
+
+@dataclass
+class WorkerCounters:
+    messages_in: int = 0
+    flushes: int = 0
+    store_failures: int = 0
+    rows_dropped: int = 0
+    acked: int = 0
+    restored_jobs: int = 0
+    published: int = 0
+
+
+class WorkerState:
+    """The pipeline, the sink and the acknowledgements of one worker process."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self.pipeline = Pipeline(
+            assembly=settings.assembly,
+            analyser=WhatIfAnalyser(window=settings.window),
+            alerts=StragglerAlerts(settings.alerts),
+            keep_ops=settings.keep_ops,
+        )
+        self.acks: AckTracker[Any] = AckTracker()
+        self.counters = WorkerCounters()
+        self.job_partitions: dict[str, tuple[str, int]] = {}
+        self.sink = TableSink(None, settings.max_buffered_rows, auto_flush=False)
+        self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
+        self._publishable: list[tuple[str, str, dict[str, Any]]] = []
+        self._delay_s = 0.0
+        self._retry_at = 0.0
+        self.oldest_unstored: float | None = None
+        """Monotonic time of the oldest row not yet stored (sink lag)."""
+        self.last_error: str | None = None
+
+    # -- the store ---------------------------------------------------------------------
+
+    def _store(self) -> Store:
+        """The store, connecting (and migrating) on first use; raises StoreError."""
+        if self.sink.store is None:
+            store = Store.connect(self.settings.dsn, database=self.settings.database)
+            try:
+                store.migrate()
+            except StoreError:
+                store.close()
+                raise
+            self.sink.store = store
+        return self.sink.store
+
+    @property
+    def store_ready(self) -> bool:
+        return time.monotonic() >= self._retry_at
+
+    def retry_in(self) -> float:
+        return max(0.0, self._retry_at - time.monotonic())
+
+    def _failed(self, exc: StoreError) -> None:
+        self.counters.store_failures += 1
+        self.last_error = str(exc)
+        if not exc.transient:
+            raise exc
+        self._delay_s = min(max(2 * self._delay_s, 0.25), MAX_BACKOFF_S)
+        self._retry_at = time.monotonic() + self._delay_s
+        log.warning("store unavailable, retry in %.2fs: %s", self._delay_s, exc)
+
+    # -- messages ----------------------------------------------------------------------
+
+    def needs_restore(self, value: bytes) -> tuple[str, tuple[int, int]] | None:
+        """(job, layout) when ``value`` is a batch of a job this process has not met."""
+        try:
+            batch = decode_ops(value)
+        except InvalidMessage:
+            return None
+        if self.pipeline.knows(batch.job):
+            return None
+        return batch.job, (batch.dp_size, batch.pp_size)
+
+    def restore(self, job: str, layout: tuple[int, int]) -> bool:
+        """Load ``job``'s history from the store; False if the store is unavailable."""
+        if not self.store_ready:
+            return False
+        try:
+            history = load_history(
+                self._store(),
+                job,
+                layout,
+                closed_memory=self.settings.assembly.closed_memory,
+                window=self.settings.window,
+                alert_window=self.settings.alerts.window,
+            )
+        except StoreError as exc:
+            self._failed(exc)
+            return False
+        self.pipeline.restore(job, layout, history)
+        self.counters.restored_jobs += 1
+        log.info(
+            "restored job %s: %d closed steps, %d in the window, open alert %s",
+            job,
+            len(history.closed_steps),
+            len(history.analysed),
+            history.open_alert,
+        )
+        return True
+
+    def on_message(self, token: Any, value: bytes, source: Source) -> None:
+        """One consumed message; ``token`` is acknowledged once what it fed is stored."""
+        self.counters.messages_in += 1
+        out = self.pipeline.on_message(value, source, time.time_ns())
+        job = source.key.decode("utf-8", "replace") if source.key else ""
+        if out.pending:
+            job = out.pending[0][0]
+            self.job_partitions[job] = (source.topic, source.partition)
+        self._write(out)
+        self.acks.received(token, job, out.pending)
+
+    def on_tick(self) -> None:
+        """Close the steps whose grace period ran out."""
+        self._write(self.pipeline.on_tick(time.time_ns()))
+
+    def _write(self, out: Output) -> None:
+        if (out or out.steps) and self.oldest_unstored is None:
+            self.oldest_unstored = time.monotonic()
+        self.sink.write(out)
+        self._unpublished.extend(out.messages)
+        self.acks.closed((s.job, s.step) for s in out.steps)
+
+    @property
+    def full(self) -> bool:
+        return self.sink.full
+
+    def flush(self) -> list[Any]:
+        """Store everything buffered; return the tokens now safe to acknowledge (empty
+        when the store is unavailable: retried with backoff on a later call)."""
+        while True:
+            if not self.store_ready:
+                return []
+            try:
+                self._store()
+                self.sink.flush()
+                break
+            except StoreError as exc:
+                if exc.transient or self.sink.failed_table is None:
+                    self._failed(exc)
+                    return []
+                dropped = self.sink.drop(self.sink.failed_table)
+                self.counters.rows_dropped += dropped
+                self.counters.store_failures += 1
+                log.error("dropped %d rows the store rejects for good: %s", dropped, exc)
+        self._delay_s, self._retry_at = 0.0, 0.0
+        self.counters.flushes += 1
+        self.oldest_unstored = None
+        self._publishable += self._unpublished
+        self._unpublished = []
+        safe = self.acks.flushed()
+        self.counters.acked += len(safe)
+        return safe
+
+    def take_publishable(self) -> list[tuple[str, str, bytes]]:
+        """Encoded (kind, key, value) of stored results, to publish now."""
+        ready, self._publishable = self._publishable, []
+        self.counters.published += len(ready)
+        return [(kind, key, encode(kind, message)) for kind, key, message in ready]
+
+    def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:
+        """The partitions went to another worker: drop their jobs' state (the new owner
+        re-reads their unacknowledged messages and restores from the store)."""
+        gone = {job for job, tp in self.job_partitions.items() if tp in revoked}
+        for job in gone:
+            self.pipeline.forget(job)
+            del self.job_partitions[job]
+        self.acks.forget(lambda job: job in gone)
+
+    def sink_lag_s(self) -> float:
+        return 0.0 if self.oldest_unstored is None else time.monotonic() - self.oldest_unstored
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and state for logs and the health file."""
+        c = self.pipeline.assembler.counters
+        numbers = {k: int(v) for k, v in {**vars(c), **vars(self.counters)}.items()}
+        return {
+            **numbers,
+            "steps_analysed": self.pipeline.steps_analysed,
+            "dead_letters": self.pipeline.dead_letters,
+            "dead_letter_reasons": dict(self.pipeline.dead_letter_reasons),
+            "buffered_rows": self.sink.pending,
+            "store_connected": self.sink.store is not None,
+            "store_retry_in_s": round(self.retry_in(), 3),
+            "sink_lag_s": round(self.sink_lag_s(), 3),
+            "acks_waiting": self.acks.waiting,
+            "acks_settled": self.acks.settled,
+            "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),
+            "last_error": self.last_error,
+        }

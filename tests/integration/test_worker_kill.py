@@ -1,0 +1,74 @@
+"""kill -9 a stream worker in the middle of a replay, start it again: every step of the
+trace is in ClickHouse exactly once (no duplicate rows even before merges), with the
+numbers of an uninterrupted run, and the group's offsets end committed.
+
+Real broker, real ``rankwatch worker`` subprocesses, real chDB.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rankwatch.streams.devbroker import create_topics
+from rankwatch.streams.publish import publish
+from rankwatch.streams.replay import replay_batches
+from rankwatch.streams.store import Store
+from rankwatch.streams.testing import (
+    STEP_FIELDS,
+    WorkerProcess,
+    reference_rows,
+    uncommitted,
+    wait_committed,
+)
+from rankwatch.traceio import read_meta, read_trace
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"
+pytestmark = pytest.mark.integration
+
+
+def test_kill_9_mid_replay_loses_and_duplicates_nothing(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    if not (DATA / "trace-ST.parquet").exists():
+        pytest.skip("../shared/data is absent")
+    trace, meta = read_trace(DATA / "trace-ST.parquet"), read_meta(DATA / "meta-ST.yaml")
+    batches = list(replay_batches(trace, meta, "job-st", origin_ns=time.time_ns()))
+    expected = reference_rows(batches)
+    prefix = f"k{uuid.uuid4().hex[:10]}"
+    topic, group = f"{prefix}.ops", f"{prefix}-workers"
+    asyncio.run(create_topics(kafka_broker, [topic], 4))
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    half = len(batches) // 2 + 3  # step 16 open: three of its eight batches sent
+
+    worker = WorkerProcess(kafka_broker, prefix, dsn, artifacts_dir, "first")
+    try:
+        publish(kafka_broker, batches[:half], topic=topic)
+        worker.wait_for(lambda s: s.get("steps_analysed", 0) >= 8, 90, "steps stored")
+        worker.kill()
+    finally:
+        worker.stop()
+    assert uncommitted(kafka_broker, group, topic, 4) > 0  # killed before all was committed
+
+    publish(kafka_broker, batches[half:], topic=topic)
+    worker = WorkerProcess(kafka_broker, prefix, dsn, artifacts_dir, "second")
+    try:
+        wait_committed(kafka_broker, group, topic, 4, timeout_s=120)
+        status = worker.wait_for(lambda s: s.get("buffered_rows") == 0, 30, "empty buffer")
+    finally:
+        worker.stop()
+    assert status["late_batches"] > 0, "the restart re-read stored steps' batches"
+
+    with Store.connect(dsn) as store:
+        rows = store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY step")
+    assert len(rows) == len(expected) == 32  # no duplicates, even unmerged
+    for row in rows:
+        want = expected[(row["job"], row["step"])]
+        assert row["partial"] == 0 and row["t_sim"] is not None
+        for name in STEP_FIELDS[1:]:
+            assert row[name] == pytest.approx(want[name], rel=1e-12, abs=1e-12), (row, want)
