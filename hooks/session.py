@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.identity import Identity, identity_from_env
 from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.spool import Spool
@@ -59,6 +60,7 @@ def init(
     config: HooksConfig | None = None,
     identity: Identity | None = None,
     sink: Callable[[str, bytes], None] | None = None,
+    clock: Clock | None = None,
 ) -> RankWatch | None:
     """Start this rank's hooks (replacing any earlier ones); None when switched off."""
     global _current
@@ -73,6 +75,7 @@ def init(
     _current = RankWatch(
         identity,
         transport,
+        clock=clock,
         capacity=config.capacity,
         publisher=config.publisher,
         spool=spool,
