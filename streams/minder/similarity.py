@@ -34,15 +34,21 @@ def window_starts(length: int, window: int, stride: int) -> NDArray[np.int64]:
 
 def mean_distances(w_MW: NDArray[np.floating]) -> F64:
     """Each machine's mean RMS distance to the other machines' windows."""
-    w = np.asarray(w_MW, dtype=np.float64)
-    m, width = w.shape
+    m, width = w_MW.shape
     if m < 2:
         return np.zeros(m)
+    # centred on the machines' mean window: distances are unchanged and the float32
+    # Gram-matrix form loses no precision to large common values
+    w = np.asarray(w_MW - w_MW.mean(axis=0), dtype=np.float32)
     sq = np.einsum("mw,mw->m", w, w)
-    d2 = sq[:, None] + sq[None, :] - 2.0 * (w @ w.T)
+    d2 = w @ w.T
+    d2 *= -2.0 / width
+    d2 += sq[:, None] / width
+    d2 += sq[None, :] / width
     np.maximum(d2, 0.0, out=d2)
-    d = np.sqrt(d2 / width)
-    return np.asarray(d.sum(axis=1) / (m - 1))
+    np.sqrt(d2, out=d2)
+    np.fill_diagonal(d2, 0.0)
+    return np.asarray(d2.sum(axis=1, dtype=np.float64) / (m - 1))
 
 
 def normalised_scores(d_M: F64, floor: float) -> F64:

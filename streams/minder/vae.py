@@ -69,23 +69,31 @@ class VaeWeights:
         )
 
 
-def _scaled(w: F32, hidden: int) -> F32:
-    """Halve the rows of the sigmoid gates so that one tanh serves all four gates:
-    sigmoid(x) = (tanh(x / 2) + 1) / 2."""
-    scale = np.full(4 * hidden, 0.5, dtype=np.float32)
-    scale[2 * hidden : 3 * hidden] = 1.0
-    return (w.T * scale).astype(np.float32) if w.ndim == 2 else (w * scale).astype(np.float32)
+def _gate_rows(w: F32, hidden: int) -> F32:
+    """PyTorch's gate rows (i, f, g, o) reordered to (i, f, o, g), the sigmoid gates
+    halved so that one tanh serves all four: sigmoid(x) = (tanh(x / 2) + 1) / 2."""
+    h = hidden
+    out = np.concatenate([w[: 2 * h], w[3 * h :], w[2 * h : 3 * h]]).astype(np.float32)
+    out[: 3 * h] *= 0.5
+    return out
 
 
-def _lstm_step(pre: Arr, h: Arr, c: Arr, w_hh_t: Arr, hidden: int) -> tuple[Arr, Arr]:
-    gates = pre + h @ w_hh_t
+def _lstm_step(pre_GB: Arr, h_HB: Arr, c_HB: Arr, w_hh: Arr, hidden: int) -> tuple[Arr, Arr]:
+    """One LSTM step, feature-major (gates x batch) so that each gate is a contiguous
+    block; updates ``c_HB`` in place and returns the new (h, c)."""
+    gates = w_hh @ h_HB
+    gates += pre_GB
     np.tanh(gates, out=gates)
-    i = gates[:, :hidden] * 0.5 + 0.5
-    f = gates[:, hidden : 2 * hidden] * 0.5 + 0.5
-    g = gates[:, 2 * hidden : 3 * hidden]
-    o = gates[:, 3 * hidden :] * 0.5 + 0.5
-    c = f * c + i * g
-    return o * np.tanh(c), c
+    sig = gates[: 3 * hidden]
+    sig *= 0.5
+    sig += 0.5
+    i, f, o, g = (gates[k * hidden : (k + 1) * hidden] for k in range(4))
+    c_HB *= f
+    i *= g
+    c_HB += i
+    h = np.tanh(c_HB)
+    h *= o
+    return h, c_HB
 
 
 def reconstruct(weights: VaeWeights, x_BLI: F32) -> F32:
@@ -93,24 +101,26 @@ def reconstruct(weights: VaeWeights, x_BLI: F32) -> F32:
     a = weights.arrays
     hidden = a["enc_w_hh"].shape[1]
     b, length, _ = x_BLI.shape
-    x = np.asarray(x_BLI, dtype=np.float32)
-    enc_ih, enc_hh = _scaled(a["enc_w_ih"], hidden), _scaled(a["enc_w_hh"], hidden)
-    enc_b = _scaled(a["enc_b"], hidden)
-    h = np.zeros((b, hidden), dtype=np.float32)
-    c = np.zeros((b, hidden), dtype=np.float32)
+    x_LIB = np.ascontiguousarray(np.asarray(x_BLI, dtype=np.float32).transpose(1, 2, 0))
+    enc_ih, enc_hh = _gate_rows(a["enc_w_ih"], hidden), _gate_rows(a["enc_w_hh"], hidden)
+    enc_b = _gate_rows(a["enc_b"], hidden)[:, None]
+    h = np.zeros((hidden, b), dtype=np.float32)
+    c = np.zeros((hidden, b), dtype=np.float32)
     for t in range(length):
-        h, c = _lstm_step(x[:, t] @ enc_ih + enc_b, h, c, enc_hh, hidden)
-    mu = h @ a["mu_w"].T + a["mu_b"]
-    dec_pre = mu @ _scaled(a["dec_w_ih"], hidden) + _scaled(a["dec_b"], hidden)
-    dec_hh = _scaled(a["dec_w_hh"], hidden)
-    h = np.zeros((b, hidden), dtype=np.float32)
-    c = np.zeros((b, hidden), dtype=np.float32)
-    hs = np.empty((length, b, hidden), dtype=np.float32)
+        pre = enc_ih @ x_LIB[t]
+        pre += enc_b
+        h, c = _lstm_step(pre, h, c, enc_hh, hidden)
+    mu = a["mu_w"] @ h + a["mu_b"][:, None]
+    dec_pre = _gate_rows(a["dec_w_ih"], hidden) @ mu + _gate_rows(a["dec_b"], hidden)[:, None]
+    dec_hh = _gate_rows(a["dec_w_hh"], hidden)
+    h = np.zeros((hidden, b), dtype=np.float32)
+    c = np.zeros((hidden, b), dtype=np.float32)
+    out_LIB = np.empty((length, a["out_w"].shape[0], b), dtype=np.float32)
     for t in range(length):
-        h, c = _lstm_step(dec_pre.copy(), h, c, dec_hh, hidden)
-        hs[t] = h
-    out = hs @ a["out_w"].T + a["out_b"]
-    return np.ascontiguousarray(out.transpose(1, 0, 2))
+        h, c = _lstm_step(dec_pre, h, c, dec_hh, hidden)
+        out_LIB[t] = a["out_w"] @ h
+    out_LIB += a["out_b"][None, :, None]
+    return np.ascontiguousarray(out_LIB.transpose(2, 0, 1))
 
 
 def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:

@@ -1,0 +1,134 @@
+"""Benchmark of Minder's detection call, and (``--asd``) the ASD study.
+
+Run on one core, from the repo root:
+
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_minder.py
+    .venv/bin/python benchmarks/bench_minder.py --asd    # also the full ASD study (torch)
+
+Speed case (DETECTION.md, the paper's 3.6 s): one ``detect`` call over 15 minutes of
+1-second data of 1,000 machines (generated: a shared periodic load plus noise per
+machine), 10 metrics, each with its own LSTM-VAE (window 8, hidden 4, latent 8;
+trained for a few seconds on the healthy fleet when torch is installed, else random
+weights: the cost does not depend on their values), detection windows of 60 s,
+continuity 4 windows. Two cases: *healthy* (no machine stands out, so every metric is
+tried: the worst case) and *faulty* (one machine drifts in the top-priority metric, so
+the call stops after it). Timings: wall-clock median and spread over ``--repeat``
+runs after one warm-up, and median CPU time of the process.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankwatch.streams.minder import MinderConfig, MinderModel, VaeWeights, detect
+
+ASD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "asd"
+SHAPES = {
+    "enc_w_ih": (16, 1),
+    "enc_w_hh": (16, 4),
+    "enc_b": (16,),
+    "mu_w": (8, 4),
+    "mu_b": (8,),
+    "dec_w_ih": (16, 8),
+    "dec_w_hh": (16, 4),
+    "dec_b": (16,),
+    "out_w": (1, 4),
+    "out_b": (1,),
+}
+
+
+def fleet(machines: int, seconds: int, metrics: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(seconds)
+    load = 0.5 + 0.3 * np.sin(2 * np.pi * t / 120.0)[None, :, None]
+    return np.clip(load + 0.03 * rng.standard_normal((machines, seconds, metrics)), 0, 1)
+
+
+def denoiser(healthy: np.ndarray, seed: int = 0) -> tuple[VaeWeights, str]:
+    """A VAE trained briefly on the healthy fleet when torch is there (so that the faulty
+    case means something), else random weights (the same cost)."""
+    try:
+        from rankwatch.streams.minder_train import TrainConfig, train_model
+    except ImportError:
+        rng = np.random.default_rng(seed)
+        arrays = {k: rng.normal(0, 0.5, s).astype(np.float32) for k, s in SHAPES.items()}
+        return VaeWeights(8, arrays), "random"
+    cfg = TrainConfig(epochs=3, max_windows=20_000, seed=seed)
+    model = train_model(healthy[:100, :, :1], ("m",), cfg)
+    return model.denoisers["m"], "trained 3 epochs on 100 healthy machines"
+
+
+def model_for(metrics: int, weights: VaeWeights) -> MinderModel:
+    names = tuple(f"metric{k}" for k in range(metrics))
+    return MinderModel(metrics=names, denoisers={n: weights for n in names})
+
+
+def timed(fn: Any, repeat: int) -> dict[str, float]:
+    fn()
+    wall, cpu = [], []
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return {
+        "wall_median_s": round(statistics.median(wall), 3),
+        "wall_min_s": round(min(wall), 3),
+        "wall_max_s": round(max(wall), 3),
+        "cpu_median_s": round(statistics.median(cpu), 3),
+    }
+
+
+def speed(repeat: int, machines: int, metrics: int) -> dict[str, Any]:
+    config = MinderConfig(window=60, stride=60, continuity=4, threshold=3.0)
+    healthy = fleet(machines, 900, metrics)
+    weights, how = denoiser(healthy)
+    model = model_for(metrics, weights)
+    faulty = healthy.copy()
+    faulty[17, 300:, 0] = np.clip(faulty[17, 300:, 0] - 0.4, 0, 1)
+    out: dict[str, Any] = {"machines": machines, "seconds": 900, "metrics": metrics, "vae": how}
+    for name, x in (("healthy", healthy), ("faulty", faulty)):
+        out[name] = timed(lambda x=x: detect(x, model, config), repeat)
+        det = detect(x, model, config)
+        out[name]["reported"] = sorted({int(m) for m in np.nonzero(det.confirmed_NM)[1]})
+    return out
+
+
+def asd_study(epochs: int) -> dict[str, Any]:
+    from rankwatch.streams.minder_train import TrainConfig, evaluate_dir
+
+    t0 = time.perf_counter()
+    out = evaluate_dir(ASD, TrainConfig(epochs=epochs))
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--machines", type=int, default=1000)
+    parser.add_argument("--metrics", type=int, default=10)
+    parser.add_argument("--asd", action="store_true", help="also the ASD study (needs torch)")
+    parser.add_argument("--epochs", type=int, default=5)
+    args = parser.parse_args()
+    result: dict[str, Any] = {"speed": speed(args.repeat, args.machines, args.metrics)}
+    if args.asd and ASD.is_dir():
+        result["asd"] = asd_study(args.epochs)
+    result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
