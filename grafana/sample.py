@@ -3,10 +3,12 @@
 The step tables are filled the real way: a generated PP x DP trace (a straggling worker,
 a slow last stage) replayed as the hooks would send it, through the worker's pipeline
 and what-if analyser, with one rank's last batch held back so the last step closes as
-partial; the raw ops go in through :meth:`Store.insert_ops`. Hangs, stacks, Minder
-scores, faulty machines and alerts have no producer yet, so a few realistic rows are
-written for them directly, shaped like what the detectors will write. Times are laid
-just before ``now_ns`` so they stay inside the tables' TTL.
+partial; the raw ops go in through :meth:`Store.insert_ops`. Two hangs (one recovered,
+one open) come from the real hang service fed heartbeats and stack dumps. Minder scores,
+faulty machines and straggler / machine alerts have no producer wired to the tables
+yet, so a few realistic rows are written for them directly. Times are laid just before
+``now_ns`` so they stay inside the tables' TTL; the hang service runs with short
+thresholds (seconds, not minutes) to keep the timeline compact.
 """
 
 from __future__ import annotations
@@ -14,26 +16,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from rankwatch.schemas.codec import encode
+from rankwatch.schemas.topics import TOPICS
 from rankwatch.sim.tracegen import demo_config, generate_trace
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.embedded import run_embedded
-from rankwatch.streams.pipeline import Pipeline
+from rankwatch.streams.hang.detector import HangConfig
+from rankwatch.streams.hangs import HangService
+from rankwatch.streams.pipeline import Output, Pipeline, Source
 from rankwatch.streams.replay import RANKS_PER_HOST, replay_batches
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store
 
-HANG_OPEN = "hang-open-1"
-HANG_PAST = "hang-past-1"
 SPAN_S = 600
 """The sample's rows lie in the ten minutes before now."""
+WORLD = 16
+NS = 1_000_000_000
 
-_STACK_BASE = "train.py:<module>;train.py:main;trainer.py:train_step;schedules.py:forward_backward"
-STACKS = (
-    (f"{_STACK_BASE};p2p.py:recv_forward;distributed_c10d.py:recv", 0, "0-5,7-15"),
-    (f"{_STACK_BASE};model.py:forward;attention.py:forward;cuda:synchronize", 0, "6"),
-    ("threading.py:_bootstrap;hooks.py:publisher_loop;queue.py:get", 0, "0-15"),
-)
-"""(folded stack, native, ranks): rank 6 is stuck in a kernel, the rest wait on it."""
+_BASE = ["train.py:main", "trainer.py:train_step", "schedules.py:forward_backward"]
+WAITER_FRAMES = [*_BASE, "p2p.py:recv_forward", "distributed_c10d.py:recv"]
+CULPRIT_FRAMES = [*_BASE, "model.py:forward", "attention.py:forward", "cuda.py:synchronize"]
+PUBLISHER_FRAMES = ["threading.py:_bootstrap", "publisher.py:run", "queue.py:get"]
+"""Thread stacks, outermost first: the culprit sits in a kernel, the rest in a receive."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Sample:
     world_size: int
     first_step: int
     last_step: int
+    open_hang: str
+    """episode_id of the hang still open."""
 
 
 def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
@@ -60,11 +66,11 @@ def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
     hosts = [f"host-{i}" for i in range((world + RANKS_PER_HOST - 1) // RANKS_PER_HOST)]
     at = datetime.fromtimestamp(origin / 1e9, tz=UTC)
     store.insert("jobs", [_job_row(job, meta.dp_size, meta.pp_size, hosts, at, now_ns)])
-    _fill_hangs(store, job, at, now_ns)
+    open_hang = _run_hangs(store, job, hosts, origin)
     _fill_machines(store, job, hosts, at, now_ns)
     _fill_alerts(store, job, at)
     steps = sorted({int(s) for s in trace.step.tolist()})
-    return Sample(job, len(steps), 1, world, steps[0], steps[-1])
+    return Sample(job, len(steps), 1, world, steps[0], steps[-1], open_hang)
 
 
 def _job_row(
@@ -86,53 +92,106 @@ def _job_row(
     }
 
 
-def _fill_hangs(store: Store, job: str, at: datetime, version: int) -> None:
-    base = {"job": job, "culprit_hosts": ["host-0"], "silent_ranks": [], "version": version}
-    open_ = {
-        **base,
-        "episode_id": HANG_OPEN,
-        "time": at + timedelta(seconds=500),
-        "last_progress": at + timedelta(seconds=380),
-        "resolved_at": None,
-        "step": 112,
-        "culprit_ranks": [6],
-        "waiting_ranks": [r for r in range(16) if r != 6],
-        "culprit_where": "cuda:synchronize in attention.py:forward",
-        "summary": "rank 6 stopped in a kernel; 15 ranks wait in recv from it",
-    }
-    past = {
-        **base,
-        "episode_id": HANG_PAST,
-        "time": at + timedelta(seconds=60),
-        "last_progress": at + timedelta(seconds=10),
-        "resolved_at": at + timedelta(seconds=140),
-        "step": 104,
-        "culprit_ranks": [3],
-        "waiting_ranks": [0, 1, 2],
-        "silent_ranks": [3],
-        "culprit_where": "gc",
-        "summary": "rank 3 paused in garbage collection; heartbeats stopped for 50 s",
-    }
-    store.insert("hangs", [open_, past])
-    rows = []
-    for episode in (HANG_OPEN, HANG_PAST):
-        for stack, native, ranks_text in STACKS:
-            ranks = _ranks(ranks_text)
-            rows.append(
+def _run_hangs(store: Store, job: str, hosts: list[str], origin_ns: int) -> str:
+    """Two hangs through the real hang service: rank 3 stalls at +60 s and recovers,
+    rank 6 stalls at +500 s and stays stuck (open). Returns the open episode's id."""
+    service = HangService(HangConfig(k=0.5, floor_s=5.0, silent_after_s=3.0))
+    out = Output()
+    _stall(service, out, job, hosts, origin_ns + 60 * NS, culprit=3, recover=True)
+    _stall(service, out, job, hosts, origin_ns + 500 * NS, culprit=6, recover=False)
+    sink = TableSink(store)
+    sink.write(out)
+    sink.flush()
+    (episode,) = service.detector.episodes()
+    return episode.episode_id
+
+
+def _stall(
+    service: HangService,
+    out: Output,
+    job: str,
+    hosts: list[str],
+    t0: int,
+    culprit: int,
+    recover: bool,
+) -> None:
+    """Every rank but ``culprit`` waits in a pipeline receive; heartbeats each second."""
+    src = Source(TOPICS["heartbeats"])
+
+    def beat(rank: int, now: int, since: int, optype: str, step: int) -> None:
+        message = _heartbeat(job, hosts, rank, now, since, optype, step)
+        out.extend(service.on_heartbeat(message, src, now))
+
+    for rank in range(WORLD):
+        frames = CULPRIT_FRAMES if rank == culprit else WAITER_FRAMES
+        out.extend(service.on_stacks(_stacks(job, hosts, rank, t0, frames), src, t0))
+    for second in range(1, 9):
+        now = t0 + second * NS
+        for rank in range(WORLD):
+            if rank == culprit:
+                beat(rank, now, t0, "forward-compute", 7)
+            else:
+                beat(rank, now, t0 + NS // 2, "forward-recv", 7)
+        out.extend(service.on_tick(now))
+    if recover:
+        now = t0 + 10 * NS
+        for rank in range(WORLD):
+            beat(rank, now, now - NS // 10, "forward-compute", 8)
+        out.extend(service.on_tick(now))
+
+
+def _heartbeat(
+    job: str, hosts: list[str], rank: int, now: int, since: int, optype: str, step: int
+) -> bytes:
+    return encode(
+        "heartbeats",
+        {
+            "schema": "heartbeats",
+            "version": 1,
+            "job": job,
+            "host": hosts[rank // RANKS_PER_HOST],
+            "rank": rank,
+            "dp_rank": rank % 4,
+            "pp_rank": rank // 4,
+            "tp_rank": 0,
+            "cp_rank": 0,
+            "sent_ns": now,
+            "step": step,
+            "pid": 1000 + rank,
+            "last_done": None,
+            "in_flight": {"optype": optype, "seq_id": 1, "mb_id": 0, "since_ns": since},
+        },
+    )
+
+
+def _stacks(job: str, hosts: list[str], rank: int, now: int, main: list[str]) -> bytes:
+    def frames(names: list[str]) -> list[dict[str, object]]:
+        return [
+            {"file": n.split(":")[0], "line": 10 + i, "function": n.split(":")[1]}
+            for i, n in enumerate(names)
+        ]
+
+    return encode(
+        "stacks",
+        {
+            "schema": "stacks",
+            "version": 1,
+            "job": job,
+            "host": hosts[rank // RANKS_PER_HOST],
+            "rank": rank,
+            "sent_ns": now,
+            "reason": "no progress",
+            "threads": [
+                {"name": "MainThread", "thread_id": 1, "native": False, "frames": frames(main)},
                 {
-                    "job": job,
-                    "episode_id": episode,
-                    "time": at + timedelta(seconds=500),
-                    "stack": stack,
-                    "native": native,
-                    "ranks": ranks,
-                    "ranks_text": ranks_text,
-                    "absent_ranks_text": _text(sorted(set(range(16)) - set(ranks))),
-                    "n_ranks": len(ranks),
-                    "version": version,
-                }
-            )
-    store.insert("stacks", rows)
+                    "name": "rankwatch-publisher",
+                    "thread_id": 2,
+                    "native": False,
+                    "frames": frames(PUBLISHER_FRAMES),
+                },
+            ],
+        },
+    )
 
 
 def _fill_machines(store: Store, job: str, hosts: list[str], at: datetime, version: int) -> None:
@@ -199,29 +258,8 @@ def _fill_alerts(store: Store, job: str, at: datetime) -> None:
         "alerts",
         [
             alert("straggler-1", "straggler", "firing", "warning", 30, "worker 2,1 S_w 1.19"),
-            alert(HANG_PAST, "hang", "firing", "critical", 60, "rank 3 stopped (gc)"),
-            alert(HANG_PAST, "hang", "resolved", "critical", 140, "job progresses again"),
-            alert(HANG_OPEN, "hang", "firing", "critical", 500, "rank 6 stopped in a kernel"),
+            alert("straggler-1", "straggler", "resolved", "info", 90, "worker 2,1 recovered"),
+            alert("straggler-2", "straggler", "firing", "warning", 120, "worker 2,1 S_w 1.19"),
             alert("faulty-1", "faulty_machine", "firing", "warning", 480, "host-1 pcie_bw"),
         ],
     )
-
-
-def _ranks(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
-def _text(ranks: list[int]) -> str:
-    """Ranks as ranges: ``0-5,7``."""
-    parts, start = [], None
-    for i, r in enumerate(ranks):
-        if start is None:
-            start = r
-        if i + 1 == len(ranks) or ranks[i + 1] != r + 1:
-            parts.append(str(start) if start == r else f"{start}-{r}")
-            start = None
-    return ",".join(parts)

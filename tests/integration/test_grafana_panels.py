@@ -51,7 +51,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Qu
                 "step_from": str(filled.first_step),
                 "step_to": str(filled.last_step),
                 "worker": ALL,
-                "episode": sample.HANG_OPEN,
+                "episode": filled.open_hang,
                 "metric": ALL,
                 "host": ALL,
             },
@@ -120,17 +120,28 @@ def test_the_numbers_match_the_sample(filled: tuple[Store, QueryContext]) -> Non
     assert fleet["job"] == JOB and fleet["gpu_hours_wasted"] > 0
     assert one("rankwatch-hangs", "Open hangs") == {"open_hangs": 1}
     alerts = store.query(expand(by_title[("rankwatch-fleet", "Open alerts")].sql, ctx))
-    assert {a["alert_id"] for a in alerts} == {"straggler-1", sample.HANG_OPEN, "faulty-1"}
+    open_hang = ctx.variables["episode"]
+    assert {a["alert_id"] for a in alerts} == {"straggler-2", open_hang, "faulty-1"}
+    episodes = store.query(expand(by_title[("rankwatch-hangs", "Hang episodes")].sql, ctx))
+    assert [(e["state"], e["culprit_ranks"]) for e in episodes] == [
+        ("open", "6"),
+        ("resolved", "3"),
+    ]
 
 
 def test_flame_graph_counts_ranks_per_call_path(filled: tuple[Store, QueryContext]) -> None:
     store, ctx = filled
     (flame,) = [p for p in PANELS if p.type == "flamegraph"]
     rows = store.query(expand(flame.sql, ctx))
+    paths = store.query(
+        "SELECT stack, n_ranks FROM stacks FINAL WHERE episode_id = {e:String}",
+        {"e": ctx.variables["episode"]},
+    )
     root = rows[0]
-    assert root["label"] == "all stacks" and root["value"] == 15 + 1 + 16  # main + thread
+    assert root["label"] == "all stacks" and root["value"] == sum(p["n_ranks"] for p in paths)
     leaves = {r["label"]: r["self"] for r in rows if r["self"]}
-    assert leaves == {"distributed_c10d.py:recv": 15, "cuda:synchronize": 1, "queue.py:get": 16}
+    assert {p["stack"].split(";")[-1]: p["n_ranks"] for p in paths} == leaves
+    assert sorted(leaves.values()) == [1, 15, 16]  # the culprit, the waiters, every publisher
 
 
 def test_dashboard_dir_is_the_source_tree() -> None:
