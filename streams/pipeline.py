@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from rankwatch.schemas.codec import InvalidMessage, decode_ops
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.alerts import Alert, StragglerAlerts
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
@@ -91,6 +91,8 @@ class Pipeline:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     analyser: StepAnalyser | None = None
     alerts: StragglerAlerts | None = None
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    """Larger messages are dead letters (reason ``too-large``)."""
     keep_ops: bool = False
     """Also emit the accepted op batches for the raw ``ops`` table (``Output.ops``)."""
     dead_letters: int = 0
@@ -103,7 +105,7 @@ class Pipeline:
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message; bad input becomes a dead-letter row, never an exception."""
         try:
-            batch = decode_ops(data)
+            batch = decode_ops(data, max_bytes=self.max_message_bytes)
         except InvalidMessage as exc:
             return self._dead_letter(data, source, now_ns, exc.reason, exc.detail)
         return self.on_batch(batch, data, source, now_ns)

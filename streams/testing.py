@@ -121,8 +121,13 @@ def wait_committed(
 ) -> None:
     deadline = time.monotonic() + timeout_s
     left = -1
+    from aiokafka.errors import KafkaError
+
     while time.monotonic() < deadline:
-        left = uncommitted(bootstrap, group, topic, partitions)
+        try:
+            left = uncommitted(bootstrap, group, topic, partitions)
+        except KafkaError:  # the group does not exist yet
+            left = -1
         if left == 0:
             return
         time.sleep(0.5)
@@ -142,3 +147,63 @@ def reference_rows(
         out.extend(pipeline.on_message(encode_ops(item.batch), source, item.sent_ns))
     out.extend(pipeline.flush(0))
     return {(r["job"], r["step"]): r for r in out.rows.get("steps", [])}
+
+
+def spread_jobs(n_jobs: int, partitions: int) -> list[str]:
+    """Job ids whose keys land on distinct partitions first (as Kafka's default
+    partitioner places them), so that every partition of a test topic gets work."""
+    from aiokafka.partitioner import murmur2
+
+    by_partition: dict[int, list[str]] = {}
+    i = 0
+    while sum(len(v) for v in by_partition.values()) < n_jobs:
+        name = f"job-{i}"
+        part = (murmur2(name.encode()) & 0x7FFFFFFF) % partitions
+        if len(by_partition.get(part, [])) < -(-n_jobs // partitions):
+            by_partition.setdefault(part, []).append(name)
+        i += 1
+    return sorted(name for names in by_partition.values() for name in names)
+
+
+def several_jobs(jobs: list[str], steps: int, origin_ns: int) -> list[ReplayedBatch]:
+    """Generated traces of ``jobs`` (each with a different straggler), replayed at once:
+    their batches interleaved in send-time order."""
+    from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
+    from rankwatch.streams.replay import replay_batches
+
+    out: list[ReplayedBatch] = []
+    for i, job in enumerate(jobs):
+        cfg = GenConfig(
+            dp=2,
+            pp=2,
+            microbatches=4,
+            steps=steps,
+            stragglers=(Straggler(i % 2, (i // 2) % 2, 1.3 + 0.1 * i),),
+            seed=i,
+        )
+        trace, meta = generate_trace(cfg)
+        out += replay_batches(trace, meta, job, origin_ns)
+    out.sort(key=lambda b: (b.sent_ns, b.batch.job, b.batch.rank))
+    return out
+
+
+def stored_steps(dsn: str) -> list[dict[str, Any]]:
+    """The ``steps`` rows in ``dsn`` (unmerged: duplicates would show)."""
+    from rankwatch.streams.store import Store
+
+    with Store.connect(dsn) as store:
+        return store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY job, step")
+
+
+def assert_same_numbers(rows: list[dict[str, Any]], expected: dict[tuple[str, int], Any]) -> None:
+    """Each row equals the uninterrupted run's row of its step (floats to 1e-12)."""
+    import math
+
+    for row in rows:
+        want = expected[(row["job"], row["step"])]
+        for name in STEP_FIELDS[2:]:
+            got, ref = row[name], want[name]
+            same = got == ref or (
+                got is not None and ref is not None and math.isclose(got, ref, rel_tol=1e-12)
+            )
+            assert same, f"{row['job']} step {row['step']} {name}: {got} != {ref}"

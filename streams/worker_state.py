@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.schemas.codec import InvalidMessage, decode_ops, encode
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops, encode
 from rankwatch.streams.acks import AckTracker
 from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
@@ -51,6 +51,8 @@ class WorkerSettings:
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
     window: int = DEFAULT_WINDOW
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    """Op-batch messages larger than this are dead letters."""
     keep_ops: bool = True
     """Store raw op records (``ops`` table, TTL): needed to restore windows on restart."""
     max_buffered_rows: int = 200_000
@@ -83,6 +85,7 @@ class WorkerState:
             analyser=WhatIfAnalyser(window=settings.window),
             alerts=StragglerAlerts(settings.alerts),
             keep_ops=settings.keep_ops,
+            max_message_bytes=settings.max_message_bytes,
         )
         self.acks: AckTracker[Any] = AckTracker()
         self.counters = WorkerCounters()
@@ -131,7 +134,7 @@ class WorkerState:
     def needs_restore(self, value: bytes) -> tuple[str, tuple[int, int]] | None:
         """(job, layout) when ``value`` is a batch of a job this process has not met."""
         try:
-            batch = decode_ops(value)
+            batch = decode_ops(value, max_bytes=self.settings.max_message_bytes)
         except InvalidMessage:
             return None
         if self.pipeline.knows(batch.job):

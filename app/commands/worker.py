@@ -7,6 +7,7 @@ shared config file has a ``[worker]`` section):
 - ``RANKWATCH_ALERT_SLOWDOWN`` / ``RANKWATCH_ALERT_CLEAR``: rolling job-level S at which
   a straggler alert fires / resolves (defaults 1.10 / 1.05)
 - ``RANKWATCH_WINDOW``: steps in the rolling ideal window (default 20)
+- ``RANKWATCH_MAX_MESSAGE_BYTES``: larger op-batch messages are dead letters (8 MiB)
 - ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session timeout (default 30)
 - ``RANKWATCH_KEEP_OPS``: ``0`` to not store raw op records (windows are then not
   restored after a restart)
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         alerts=alerts,
         window=int(_number(env, "RANKWATCH_WINDOW", 20)),
         keep_ops=env.get("RANKWATCH_KEEP_OPS", "1") != "0",
+        max_message_bytes=int(_number(env, "RANKWATCH_MAX_MESSAGE_BYTES", 8 * 1024 * 1024)),
         session_timeout_s=_number(env, "RANKWATCH_SESSION_TIMEOUT_S", 30.0),
         status_file=args.status_file or env.get("RANKWATCH_STATUS_FILE") or None,
     )
