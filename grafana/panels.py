@@ -152,9 +152,12 @@ def grid(
                 options={"rowField": row, "columnField": column, "valueField": value},
             )
         )
-        .override_by_regexp("^[0-9]+$", [color_cells()])
+        .override_by_regexp(
+            "^[0-9]+$",  # the value columns (one per stage); the row label keeps integers,
+            # so a data link's ${__data.fields[0]} reads "2", not "2.000"
+            [color_cells(), model.DynamicConfigValue(id_val="decimals", value=3)],
+        )
         .color_scheme(heat_colors())
-        .decimals(3)
     )
 
 

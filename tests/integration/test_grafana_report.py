@@ -3,6 +3,7 @@ headless Chromium (Debian's package) whose screenshot must show the heatmap."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -85,6 +86,9 @@ def test_html_report_screenshot_shows_the_heatmap(dsn: str, tmp_path: Path) -> N
         capture_output=True,
         timeout=120,
     )
+    keep = os.environ.get("RANKWATCH_REPORT_SCREENSHOT")  # where to keep it, for a review
+    if keep:
+        shutil.copy(shot, keep)
     rgb = imread(shot)[..., :3]
     assert rgb.shape[:2] == (900, 1100)
     assert rgb.std() > 0.05  # not one flat colour
