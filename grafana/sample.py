@@ -66,10 +66,10 @@ def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
     hosts = [f"host-{i}" for i in range((world + RANKS_PER_HOST - 1) // RANKS_PER_HOST)]
     at = datetime.fromtimestamp(origin / 1e9, tz=UTC)
     store.insert("jobs", [_job_row(job, meta.dp_size, meta.pp_size, hosts, at, now_ns)])
-    open_hang = _run_hangs(store, job, hosts, origin)
+    steps = sorted({int(s) for s in trace.step.tolist()})
+    open_hang = _run_hangs(store, job, hosts, origin, steps)
     _fill_machines(store, job, hosts, at, now_ns)
     _fill_alerts(store, job, at)
-    steps = sorted({int(s) for s in trace.step.tolist()})
     return Sample(job, len(steps), 1, world, steps[0], steps[-1], open_hang)
 
 
@@ -92,13 +92,14 @@ def _job_row(
     }
 
 
-def _run_hangs(store: Store, job: str, hosts: list[str], origin_ns: int) -> str:
+def _run_hangs(store: Store, job: str, hosts: list[str], origin_ns: int, steps: list[int]) -> str:
     """Two hangs through the real hang service: rank 3 stalls at +60 s and recovers,
     rank 6 stalls at +500 s and stays stuck (open). Returns the open episode's id."""
-    service = HangService(HangConfig(k=0.5, floor_s=5.0, silent_after_s=3.0))
+    service = HangService(HangConfig(k=0.05, floor_s=5.0, silent_after_s=3.0))
     out = Output()
-    _stall(service, out, job, hosts, origin_ns + 60 * NS, culprit=3, recover=True)
-    _stall(service, out, job, hosts, origin_ns + 500 * NS, culprit=6, recover=False)
+    middle, after = steps[len(steps) // 2], steps[-1] + 1
+    _stall(service, out, job, hosts, origin_ns + 60 * NS, 3, middle, recover=True)
+    _stall(service, out, job, hosts, origin_ns + 500 * NS, 6, after, recover=False)
     sink = TableSink(store)
     sink.write(out)
     sink.flush()
@@ -113,6 +114,7 @@ def _stall(
     hosts: list[str],
     t0: int,
     culprit: int,
+    step: int,
     recover: bool,
 ) -> None:
     """Every rank but ``culprit`` waits in a pipeline receive; heartbeats each second."""
@@ -129,14 +131,14 @@ def _stall(
         now = t0 + second * NS
         for rank in range(WORLD):
             if rank == culprit:
-                beat(rank, now, t0, "forward-compute", 7)
+                beat(rank, now, t0, "forward-compute", step)
             else:
-                beat(rank, now, t0 + NS // 2, "forward-recv", 7)
+                beat(rank, now, t0 + NS // 2, "forward-recv", step)
         out.extend(service.on_tick(now))
     if recover:
         now = t0 + 10 * NS
         for rank in range(WORLD):
-            beat(rank, now, now - NS // 10, "forward-compute", 8)
+            beat(rank, now, now - NS // 10, "forward-compute", step + 1)
         out.extend(service.on_tick(now))
 
 
