@@ -68,11 +68,19 @@ die() {
 # The fingerprint of what fetch produced: the pom and the version it resolved.
 fetch_fingerprint() { { cat "$POM"; echo "$VERSION"; } | sha256sum | cut -d' ' -f1; }
 
+fetched() { [[ -f $STAMP && $(cat "$STAMP") == "$(fetch_fingerprint)" ]]; }
+
 cmd_fetch() {
-    if [[ -f $STAMP && $(cat "$STAMP") == "$(fetch_fingerprint)" ]]; then
+    fetched && return 0
+    command -v mvn >/dev/null || die "mvn not found (Maven 3.8+ is needed to fetch Kafka)"
+    mkdir -p "$KAFKA_HOME"
+    # Two test runs may fetch at once: one fetches, the other waits and finds it done.
+    exec 9>"$KAFKA_HOME/fetch.lock"
+    flock 9
+    if fetched; then
+        exec 9>&-
         return 0
     fi
-    command -v mvn >/dev/null || die "mvn not found (Maven 3.8+ is needed to fetch Kafka)"
     local tmp=$KAFKA_HOME/libs.partial
     rm -rf "$tmp"
     mkdir -p "$tmp"
@@ -88,6 +96,7 @@ cmd_fetch() {
     rm -rf "$LIBS" "$CDS_ARCHIVE"
     mv "$tmp" "$LIBS"
     fetch_fingerprint >"$STAMP"
+    exec 9>&-
 }
 
 # A TCP port on 127.0.0.1 that nothing listens on now (the kernel picks it).
