@@ -22,6 +22,7 @@ COMMANDS = (
     "rankwatch.commands.db",
     "rankwatch.commands.whatif",
     "rankwatch.commands.minder",
+    "rankwatch.commands.agent",
     "rankwatch.commands.hang",
     "rankwatch.commands.grafana",
     "rankwatch.commands.report",

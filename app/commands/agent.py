@@ -1,0 +1,103 @@
+"""``rankwatch agent``: the per-machine metrics agent for the faulty-machine detector."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DESCRIPTION = """\
+Sample this machine's metrics once a second (CPU, memory, network, disk, ECN marks;
+GPUs through NVML when pynvml is installed) and publish them to <prefix>.metrics,
+tagged with the job and host. With --pid, treat each given process as a machine
+(its CPU, run-queue wait, memory, faults, I/O and the network of its namespace)."""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "agent",
+        help="per-machine metrics agent (publishes to <prefix>.metrics)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--host", default="", help="host name to report (default: hostname)")
+    parser.add_argument("--config", help="rankwatch.toml (kafka section)")
+    parser.add_argument("--kafka", help="bootstrap servers (default: config / RANKWATCH_KAFKA)")
+    parser.add_argument("--stdout", action="store_true", help="print JSON lines, no Kafka")
+    parser.add_argument("--interval", type=float, default=1.0, metavar="SECONDS")
+    parser.add_argument("--count", type=int, help="stop after this many samples")
+    parser.add_argument(
+        "--pid",
+        action="append",
+        default=[],
+        metavar="PID[=NAME]",
+        help="sample this process as a machine named NAME (repeatable)",
+    )
+    parser.add_argument("--no-gpu", action="store_true", help="skip NVML")
+    parser.set_defaults(func=run)
+
+
+def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """(host name, samplers) per machine the agent speaks for."""
+    from rankwatch.errors import UserError
+    from rankwatch.hooks.agent import HostSampler, ProcessSampler
+
+    if not args.pid:
+        samplers: list[Any] = [HostSampler()]
+        if not args.no_gpu:
+            from rankwatch.hooks.agent.gpu import GpuSampler
+
+            gpu = GpuSampler()
+            if gpu.available:
+                samplers.append(gpu)
+        return [(args.host, samplers)]
+    out = []
+    for spec in args.pid:
+        pid_text, _, name = spec.partition("=")
+        if not pid_text.isdigit():
+            raise UserError(f"--pid {spec}: expected PID or PID=NAME")
+        sampler = ProcessSampler(int(pid_text))
+        if not sampler.alive():
+            raise UserError(f"--pid {spec}: no such process")
+        out.append((name or f"{args.host or 'pid'}-{pid_text}", [sampler]))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+    import sys
+    import threading
+
+    from rankwatch.config import load_config
+    from rankwatch.hooks.agent import (
+        Agent,
+        AgentConfig,
+        KafkaTransport,
+        LinesTransport,
+        Outbox,
+        run_agents,
+    )
+
+    config = load_config(args.config)
+    if args.stdout:
+        transport: Any = LinesTransport(sys.stdout)
+    else:
+        bootstrap = args.kafka or config.kafka.bootstrap
+        transport = KafkaTransport(bootstrap, f"{config.kafka.topic_prefix}.metrics")
+    outbox = Outbox(transport)
+    agents = [
+        Agent(AgentConfig(job=args.job, host=host, interval_s=args.interval), samplers, outbox)
+        for host, samplers in targets(args)
+    ]
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    run_agents(agents, args.interval, stop, count=args.count)
+    outbox.close()
+    c = outbox.counters
+    print(
+        f"rankwatch agent: {c.sent} sent, {c.dropped_full + c.dropped_failed} dropped, "
+        f"{c.transport_errors} transport errors",
+        file=sys.stderr,
+    )
+    return 0
