@@ -106,3 +106,11 @@ def test_the_issue_s_panels_are_there() -> None:
     assert {"Jobs by wasted GPU-hours", "Open alerts"} <= titles["fleet"]
     types = {p["type"] for n in BOARDS for p in committed(n)["panels"]}
     assert {"flamegraph", "heatmap", "table", "timeseries", "stat", "barchart"} <= types
+
+
+def test_the_readme_lists_every_panel() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "grafana" / "README.md").read_text()
+    missing = [
+        (n, p["title"]) for n in BOARDS for p in committed(n)["panels"] if p["title"] not in readme
+    ]
+    assert missing == []
