@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +79,11 @@ class WorkerCounters:
 class WorkerState:
     """The pipeline, the sink and the acknowledgements of one worker process."""
 
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(
+        self, settings: WorkerSettings, connect: Callable[[], Store] | None = None
+    ) -> None:
         self.settings = settings
+        self._connect = connect or (lambda: Store.connect(settings.dsn, database=settings.database))
         self.pipeline = Pipeline(
             assembly=settings.assembly,
             analyser=WhatIfAnalyser(window=settings.window),
@@ -104,7 +108,7 @@ class WorkerState:
     def _store(self) -> Store:
         """The store, connecting (and migrating) on first use; raises StoreError."""
         if self.sink.store is None:
-            store = Store.connect(self.settings.dsn, database=self.settings.database)
+            store = self._connect()
             try:
                 store.migrate()
             except StoreError:
