@@ -6,6 +6,10 @@ import json
 from dataclasses import asdict, dataclass
 
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
+CONFIG_ENV = "RANKWATCH_WORKLOAD"
+"""The rank processes read their WorkloadConfig (JSON) from this variable..."""
+OUT_ENV = "RANKWATCH_WORKLOAD_OUT"
+"""...and write their results into this folder."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,9 @@ class WorkloadConfig:
     """0: slow in every step; k: slow only in steps where (step // k) is odd."""
     align_every: int = 0
     """Re-estimate clock offsets every this many steps (0: only at start)."""
+    data_wait_s: float = 0.0
+    """Each step waits this long for its batch (a slow input pipeline, timed by the
+    hooks' data-iterator integration, outside the step's ops)."""
     seed: int = 0
     timeout_s: float = 120.0
     """Process group timeout (subgroups get it explicitly)."""

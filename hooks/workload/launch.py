@@ -3,11 +3,13 @@
 One ``python -m rankwatch.hooks.workload.train`` process imports torch and forks the
 ranks, with the torch launcher variables set (``MASTER_ADDR``/``PORT``,
 ``WORLD_SIZE``), one compute thread per rank and gloo on loopback. A rank that fails,
-or a job that overruns, fails the job with the failing ranks' logs.
+or a job that overruns, fails the job with the failing ranks' logs. This module does
+not import torch (the test process need not pay for it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -21,8 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch.hooks.workload.config import WorkloadConfig
-from rankwatch.hooks.workload.train import CONFIG_ENV, OUT_ENV
+from rankwatch.hooks.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
 
 
 class WorkloadError(RuntimeError):
@@ -54,6 +55,11 @@ class JobResult:
     def median_step_s(self, steps: list[int]) -> float:
         times = self.step_times_s()
         return statistics.median(times[s] for s in steps)
+
+
+def torch_available() -> bool:
+    """Whether the workload can run here (torch importable), without importing it."""
+    return importlib.util.find_spec("torch") is not None
 
 
 def free_port() -> int:

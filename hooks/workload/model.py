@@ -54,7 +54,7 @@ class StageModule(nn.Module):
 
     @torch.no_grad()
     def _burn(self, n: int) -> None:
-        m = self._straggler
+        m: torch.Tensor = self._straggler  # type: ignore[assignment]
         acc = m
         for _ in range(n):
             acc = acc @ m

@@ -20,7 +20,9 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -37,16 +39,13 @@ from torch.distributed.pipelining import schedules as pipelining_schedules
 
 from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.identity import Identity, coordinates
-from rankwatch.hooks.integrations import watch_pipeline
+from rankwatch.hooks.integrations import LocalTimings, timed_batches, watch_pipeline
 from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.session import HooksConfig, init
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.workload.clocksync import align_clocks
-from rankwatch.hooks.workload.config import WorkloadConfig
+from rankwatch.hooks.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
 from rankwatch.hooks.workload.model import StageModule, build_stage
-
-CONFIG_ENV = "RANKWATCH_WORKLOAD"
-OUT_ENV = "RANKWATCH_WORKLOAD_OUT"
 
 
 def main() -> int:
@@ -164,7 +163,7 @@ class Rank:
     def _schedule(self) -> Any:
         cfg = self.cfg
         n = cfg.pp * cfg.chunks
-        stages = [
+        stages: list[Any] = [
             PipelineStage(m, c * cfg.pp + self.pp_rank, n, torch.device("cpu"), group=self.pp_group)
             for c, m in enumerate(self.modules)
         ]
@@ -178,19 +177,29 @@ class Rank:
 
     # -- training ----------------------------------------------------------------------
 
+    def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        cfg = self.cfg
+        shape = (cfg.microbatch_size * cfg.microbatches, cfg.seq, cfg.hidden)
+        for _ in range(cfg.steps):
+            if cfg.data_wait_s:
+                time.sleep(cfg.data_wait_s)
+            yield torch.randn(shape, generator=self.gen), torch.randn(shape, generator=self.gen)
+
     def train(self) -> dict[str, Any]:
         cfg = self.cfg
         gc.disable()  # collected once per step, timed, as Megatron's manual GC does
         estimate, errors = align_clocks(self.clock)
         steps = []
-        for step in range(cfg.steps):
+        data_waits = LocalTimings()
+        batches = timed_batches(self.batches(), data_waits)
+        for step, batch in enumerate(batches):
             if cfg.align_every and step and step % cfg.align_every == 0:
                 estimate, errors = align_clocks(self.clock)
             slow = cfg.is_slow(self.rank, step)
             for m in self.modules:
                 m.extra_matmuls = cfg.slow_matmuls if slow else 0
             start = self.clock.now_ns()
-            self._step(step)
+            self._step(step, *batch)
             steps.append({"step": step, "start_ns": start, "end_ns": self.clock.now_ns()})
         stats = self.rw.close().as_dict() if self.rw is not None else {}
         gc.enable()
@@ -203,15 +212,13 @@ class Rank:
             "hooks": stats,
             "clock": {"offset_ns": estimate.offset_ns, "error_ns": estimate.error_ns},
             "clock_errors_ns": errors,
+            "data_wait_s": data_waits.total_ns / 1e9,
         }
 
-    def _step(self, step: int) -> None:
+    def _step(self, step: int, x: torch.Tensor, target: torch.Tensor) -> None:
         cfg, rw = self.cfg, self.rw
         if rw is not None:
             rw.step_begin(step)
-        shape = (cfg.microbatch_size * cfg.microbatches, cfg.seq, cfg.hidden)
-        x = torch.randn(shape, generator=self.gen)
-        target = torch.randn(shape, generator=self.gen)
         first = self.pp_rank == 0
         last = self.pp_rank == cfg.pp - 1
         args = (x,) if first else ()
