@@ -21,6 +21,7 @@ COMMANDS = (
     "rankwatch.commands.worker",
     "rankwatch.commands.db",
     "rankwatch.commands.whatif",
+    "rankwatch.commands.workload",
     "rankwatch.commands.minder",
     "rankwatch.commands.agent",
     "rankwatch.commands.hang",

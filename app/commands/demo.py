@@ -1,11 +1,13 @@
 """``rankwatch demo``: a whole job analysed in-process, chDB as the store, no services.
 
-The job is a trace from the project's own generator (a PP x DP 1F1B job with noise,
-a straggling worker and a slow last stage), replayed as the hooks would send it,
-assembled step by step by the worker's pipeline and stored in embedded ClickHouse;
-then the per-step table is read back from ClickHouse and printed, followed by the
-job-level verdict of the same engine run offline over the whole trace and the
-worker heatmap.
+The job is, when PyTorch is installed, a real training run (``hooks/workload``: gloo
+on CPU, PP 2 x DP 2, 1F1B, one rank given extra compute) whose hooks spool their op
+batches; otherwise a trace from the project's own generator (a PP x DP 1F1B job with
+noise, a straggling worker and a slow last stage), replayed as the hooks would send
+it. Either way the batches are assembled step by step by the worker's pipeline and
+stored in embedded ClickHouse; then the per-step table is read back from ClickHouse
+and printed, followed by the job-level verdict of the same engine run offline over
+the whole trace and the worker heatmap.
 """
 
 from __future__ import annotations
@@ -27,10 +29,50 @@ def register(sub: Any) -> None:
     parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="data directory")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
     parser.add_argument("--job", default="demo", help="job id to store the results under")
+    parser.add_argument(
+        "--workload",
+        choices=("auto", "generator", "torch"),
+        default="auto",
+        help="the job: real PyTorch training (torch), generated trace, or torch when installed",
+    )
     parser.set_defaults(func=run)
 
 
+DEMO_STEPS = 12
+
+
 def run(args: argparse.Namespace) -> int:
+    from rankwatch.hooks.workload.launch import torch_available
+
+    if args.workload == "torch" or (args.workload == "auto" and torch_available()):
+        return run_torch(args)
+    return run_generated(args)
+
+
+def run_torch(args: argparse.Namespace) -> int:
+    """The real workload: rank 1 (DP 1, stage 0) does extra compute in its forward."""
+    from rankwatch.commands.workload import run_embedded_workload
+    from rankwatch.hooks.workload.config import WorkloadConfig
+
+    cfg = WorkloadConfig(
+        dp=2,
+        pp=2,
+        microbatches=4,
+        steps=DEMO_STEPS + 1,
+        job=args.job,
+        slow_rank=1,
+        slow_matmuls=20,
+        seed=args.seed,
+    )
+    embedded = run_embedded_workload(cfg, args.dir, skip_steps=1)  # step 0: handshakes
+    print(embedded.headline())
+    print(format_step_table(embedded.rows))
+    print()
+    print(job_report(embedded.trace, embedded.meta, args.dir / "heatmap.png"))
+    return 0
+
+
+def run_generated(args: argparse.Namespace) -> int:
     from rankwatch.sim.tracegen import demo_config, generate_trace
     from rankwatch.streams.analyser import WhatIfAnalyser
     from rankwatch.streams.embedded import run_embedded
