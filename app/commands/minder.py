@@ -18,7 +18,9 @@ eval:   train, then detect on the test split with leave-one-server-out selection
         the metric priority, threshold quantile and continuity; print precision,
         recall, F1 and detection delay of Minder, the Mahalanobis baseline and the
         ablations.
-detect: run a trained model on the test split of DIR and list the machines reported."""
+detect: run a trained model on the test split of DIR and list the machines reported.
+worker: the stream worker: <prefix>.metrics in, machine_scores / machine_faults rows
+        and one faulty_machine alert per episode on <prefix>.alerts out."""
 
 
 def register(subparsers: Any) -> None:
@@ -40,6 +42,15 @@ def register(subparsers: Any) -> None:
     detect.add_argument("dir", type=Path, metavar="DIR")
     detect.add_argument("--model", type=Path, required=True, metavar="MODEL.npz")
     detect.add_argument("--continuity", type=int, default=2)
+    worker = sub.add_parser("worker", help="run the Minder stream worker (faust)")
+    worker.add_argument("--config", help="TOML config file (see README)")
+    worker.add_argument("--kafka", help="bootstrap servers (overrides config and env)")
+    worker.add_argument("--clickhouse", help="ClickHouse DSN (overrides config and env)")
+    worker.add_argument("--model", default="", help="MODEL.npz from `minder train`")
+    worker.add_argument("--window", type=int, default=60, metavar="SECONDS")
+    worker.add_argument("--continuity", type=int, default=4, metavar="WINDOWS")
+    worker.add_argument("--threshold", type=float, default=3.0)
+    worker.add_argument("--loglevel", default="info")
     for p in (train, evaluate):
         p.add_argument("--epochs", type=int, default=5)
         p.add_argument("--seed", type=int, default=0)
@@ -49,6 +60,8 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rankwatch.errors import UserError
 
+    if args.action == "worker":
+        return _worker(args)
     if not args.dir.is_dir() or not any(args.dir.glob("omi-*.npz")):
         raise UserError(f"{args.dir}: no omi-*.npz files there")
     return {"train": _train, "eval": _eval, "detect": _detect}[args.action](args)
@@ -125,4 +138,38 @@ def _detect(args: argparse.Namespace) -> int:
         start = int(det.starts[n])
         metric = model.metrics[int(det.metric_N[n])]
         print(f"{names[m]}\tpoints {start}-{start + window - 1}\tmetric {metric}")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from faust.worker import Worker
+
+    from rankwatch.config import load_config
+    from rankwatch.streams.minder.online import OnlineConfig
+    from rankwatch.streams.minder_agent import MinderSettings, build_minder_app
+
+    config = load_config(args.config)
+    if args.kafka:
+        config = replace(config, kafka=replace(config.kafka, bootstrap=args.kafka))
+    if args.clickhouse:
+        config = replace(config, clickhouse=replace(config.clickhouse, dsn=args.clickhouse))
+    settings = MinderSettings(
+        bootstrap=config.kafka.bootstrap,
+        dsn=config.clickhouse.dsn,
+        database=config.clickhouse.database or None,
+        group=f"{config.kafka.group}-minder",
+        topic_prefix=config.kafka.topic_prefix,
+        partitions=config.kafka.partitions,
+        online=OnlineConfig(
+            window_s=args.window,
+            stride_s=args.window,
+            continuity=args.continuity,
+            threshold=args.threshold,
+        ),
+        model_path=args.model,
+    )
+    app, _state = build_minder_app(settings)
+    Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0

@@ -51,14 +51,18 @@ class KafkaTransport:
 
         from aiokafka import AIOKafkaProducer
 
+        async def start() -> Any:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                linger_ms=20,
+                request_timeout_ms=int(self.timeout_s * 1000),
+            )
+            await producer.start()
+            return producer
+
         self._loop = asyncio.new_event_loop()
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            linger_ms=20,
-            request_timeout_ms=int(self.timeout_s * 1000),
-        )
         try:
-            self._loop.run_until_complete(self._producer.start())
+            self._producer = self._loop.run_until_complete(start())
         except BaseException:
             self.close()
             raise

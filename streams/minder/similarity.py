@@ -3,14 +3,17 @@
 Machines of one job do the same work, so per metric their windows look alike; a
 faulty machine's window drifts away from all the others at once. Per window and
 metric: the pairwise RMS distances between the machines' (denoised) windows, each
-machine's mean distance to the others, and a normalised score that says how many
-times farther than the typical machine it lies:
+machine's mean distance to the others (the paper's sum, divided by M - 1), and a
+robust z-score of it:
 
-    score_m = (d_m - median(d)) / (median(d) + floor)
+    score_m = (d_m - median(d)) / (1.4826 * MAD(d) + floor)
 
-``floor`` (in normalised metric units) keeps a job whose machines are all flat from
-turning tiny differences into large scores. The score does not grow with the number
-of machines, so one threshold serves a job of 6 machines and one of 1,000.
+Median and MAD rather than mean and standard deviation: the faulty machine must not
+inflate the spread it is measured against (with a plain z-score one outlier among M
+can never score above (M - 1) / sqrt(M)). ``floor`` (in normalised metric units)
+keeps a job whose machines all agree closely from turning tiny differences into
+large scores: a machine must lie about ``threshold x floor`` farther than the median
+machine to be a candidate.
 
 Legend: M machines, T grid points, W window length, N windows.
 """
@@ -53,7 +56,8 @@ def mean_distances(w_MW: NDArray[np.floating]) -> F64:
 
 def normalised_scores(d_M: F64, floor: float) -> F64:
     med = float(np.median(d_M))
-    return (d_M - med) / (med + floor)
+    mad = float(np.median(np.abs(d_M - med)))
+    return (d_M - med) / (1.4826 * mad + floor)
 
 
 def window_scores(

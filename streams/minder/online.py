@@ -1,0 +1,233 @@
+"""Minder on a live stream: one job's metrics in, scores, faults and alerts out.
+
+Pure: samples and the current time are handed in, rows and messages handed back;
+the faust agent (``rankwatch.streams.minder_agent``) only moves them. Every
+``stride_s`` seconds of stream time (once the job's newest sample is ``lag_s`` past
+the window's end, so late samples still count and a backlog replays exactly as it
+ran; a job whose hosts all fall silent is no longer evaluated: silence is the hang
+detector's business) the last ``window_s`` seconds of every host are put on a 1-second grid
+(last sample carried forward), normalised per metric to [0, high] (``high``: 100 for
+percentages, else the largest value the job has shown), and scored per metric.
+Continuity is counted across evaluations per (metric, host); the first metric in
+priority order that confirms a host names it. A host's episode opens with one firing
+alert and closes with one resolved alert after ``resolve_after`` evaluations without
+confirmation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rankwatch.streams.minder.detector import MinderConfig, MinderModel, metric_scores
+from rankwatch.streams.minder.grid import align_to_grid, fill_gaps
+
+NS = 1_000_000_000
+PERCENT = re.compile(r"(util|wait|iowait|_pct)$")
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    window_s: int = 60
+    stride_s: int = 60
+    continuity: int = 4
+    threshold: float = 3.0
+    floor: float = 0.02
+    lag_s: int = 2
+    min_machines: int = 4
+    """Fewer hosts than this: nothing to compare, no evaluation."""
+    resolve_after: int = 3
+
+
+@dataclass
+class Episode:
+    host: str
+    first_seen_ns: int
+    metric: str
+    score: float
+    alert_id: str
+    misses: int = 0
+
+
+@dataclass
+class MonitorOutput:
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, table: str, row: dict[str, Any]) -> None:
+        self.rows.setdefault(table, []).append(row)
+
+
+class JobMonitor:
+    def __init__(self, job: str, config: OnlineConfig, model: MinderModel | None = None) -> None:
+        self.job, self.config, self.model = job, config, model
+        self.samples: dict[str, deque[tuple[int, Mapping[str, float]]]] = {}
+        self.high: dict[str, float] = {}
+        self.runs: dict[tuple[str, str], int] = {}
+        self.episodes: dict[str, Episode] = {}
+        self.next_end_ns: int | None = None
+        self.newest_ns = 0
+        self.late = 0
+
+    def add(self, host: str, ts_ns: int, metrics: Mapping[str, float]) -> None:
+        if self.next_end_ns is not None and ts_ns < self.next_end_ns - self.config.window_s * NS:
+            self.late += 1
+            return
+        self.samples.setdefault(host, deque()).append((ts_ns, metrics))
+        self.newest_ns = max(self.newest_ns, ts_ns)
+        for name, value in metrics.items():
+            self.high[name] = max(self.high.get(name, 0.0), abs(value))
+        if self.next_end_ns is None:
+            # the first window ends on a stride boundary, a full window after the first sample
+            stride = self.config.stride_s * NS
+            self.next_end_ns = -(-(ts_ns + self.config.window_s * NS) // stride) * stride
+
+    def evaluate(self) -> MonitorOutput:
+        """Every window whose end (plus the lag) the stream has passed, oldest first."""
+        out = MonitorOutput()
+        lag = self.config.lag_s * NS
+        while self.next_end_ns is not None and self.newest_ns >= self.next_end_ns + lag:
+            self._evaluate_window(self.next_end_ns, out)
+            self.next_end_ns += self.config.stride_s * NS
+            self._trim(self.next_end_ns - self.config.window_s * NS)
+        return out
+
+    def _trim(self, keep_from_ns: int) -> None:
+        for host, q in list(self.samples.items()):
+            while len(q) > 1 and q[1][0] <= keep_from_ns:
+                q.popleft()  # keep one sample before the window, to carry forward
+            if q and q[-1][0] < keep_from_ns - self.config.window_s * NS:
+                del self.samples[host]  # silent for a whole window: not compared
+
+    def _window(self, end_ns: int) -> tuple[list[str], list[str], np.ndarray] | None:
+        start = end_ns - self.config.window_s * NS
+        hosts = sorted(h for h, q in self.samples.items() if any(start < t <= end_ns for t, _ in q))
+        if len(hosts) < self.config.min_machines:
+            return None
+        names: set[str] | None = None
+        for h in hosts:
+            last = next((m for t, m in reversed(self.samples[h]) if t <= end_ns), {})
+            names = set(last) if names is None else names & set(last)
+        metrics = sorted(names or ())
+        if not metrics:
+            return None
+        grid = start + NS * np.arange(1, self.config.window_s + 1, dtype=np.int64)
+        times, values = [], []
+        for h in hosts:
+            rows = [(t, m) for t, m in self.samples[h] if t <= end_ns]
+            times.append(np.array([t for t, _ in rows], dtype=np.int64))
+            values.append(np.array([[m.get(k, np.nan) for k in metrics] for _, m in rows]))
+        x = fill_gaps(align_to_grid(times, values, grid))
+        high = np.array([100.0 if PERCENT.search(k) else max(self.high[k], 1e-9) for k in metrics])
+        return hosts, metrics, np.clip(x / high, 0.0, 1.0)
+
+    def _model_for(self, metrics: list[str]) -> MinderModel:
+        if self.model is None:
+            return MinderModel(metrics=tuple(metrics))
+        known = self.model
+        return MinderModel(
+            metrics=tuple(metrics),
+            denoisers={k: v for k, v in known.denoisers.items() if k in metrics},
+            priority=tuple(p for p in known.priority if p in metrics)
+            + tuple(m for m in metrics if m not in known.priority),
+            thresholds={k: v for k, v in known.thresholds.items() if k in metrics},
+        )
+
+    def _evaluate_window(self, end_ns: int, out: MonitorOutput) -> None:
+        window = self._window(end_ns)
+        if window is None:
+            return
+        hosts, metrics, x = window
+        model = self._model_for(metrics)
+        cfg = self.config
+        detector = MinderConfig(window=cfg.window_s, stride=cfg.window_s, floor=cfg.floor)
+        scores = metric_scores(x, model, detector)[:, 0, :]  # (K, M)
+        named: dict[str, tuple[str, float]] = {}  # host -> (metric, score)
+        for k in model.order():
+            decided = bool(named)  # an earlier metric already named the faulty hosts
+            metric = metrics[k]
+            threshold = model.thresholds.get(metric, cfg.threshold)
+            for m, host in enumerate(hosts):
+                hit = bool(scores[k, m] > threshold)
+                run = self.runs.get((metric, host), 0) + 1 if hit else 0
+                self.runs[(metric, host)] = run
+                if run >= cfg.continuity and not decided:
+                    named[host] = (metric, float(scores[k, m]))
+                out.add(
+                    "machine_scores",
+                    {
+                        "job": self.job,
+                        "host": host,
+                        "time": end_ns,
+                        "metric": metric,
+                        "score": float(scores[k, m]),
+                        "candidate": int(hit),
+                    },
+                )
+        self._episodes(named, end_ns, out)
+
+    def _episodes(
+        self, named: dict[str, tuple[str, float]], end_ns: int, out: MonitorOutput
+    ) -> None:
+        cfg = self.config
+        for host, (metric, score) in named.items():
+            ep = self.episodes.get(host)
+            if ep is not None:
+                ep.misses = 0
+                continue
+            first = end_ns - ((cfg.continuity - 1) * cfg.stride_s + cfg.window_s) * NS
+            ep = Episode(
+                host, first, metric, score, f"minder:{self.job}:{host}:{first // 1_000_000}"
+            )
+            self.episodes[host] = ep
+            out.add("machine_faults", self._fault_row(ep, end_ns, None))
+            out.alerts.append(self._alert(ep, end_ns, firing=True))
+        for host, ep in list(self.episodes.items()):
+            if host in named:
+                continue
+            ep.misses += 1
+            if ep.misses >= cfg.resolve_after:
+                del self.episodes[host]
+                out.add("machine_faults", self._fault_row(ep, end_ns, end_ns))
+                out.alerts.append(self._alert(ep, end_ns, firing=False))
+
+    def _fault_row(self, ep: Episode, now_ns: int, resolved_ns: int | None) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "host": ep.host,
+            "time": now_ns,
+            "first_seen": ep.first_seen_ns,
+            "metric": ep.metric,
+            "score": ep.score,
+            "alert_id": ep.alert_id,
+            "resolved_at": resolved_ns,
+            "version": now_ns,
+        }
+
+    def _alert(self, ep: Episode, now_ns: int, firing: bool) -> dict[str, Any]:
+        summary = (
+            f"machine {ep.host} of job {self.job} drifts from the others in {ep.metric} "
+            f"(score {ep.score:.1f}) since {self.config.continuity} windows"
+        )
+        return {
+            "schema": "alerts",
+            "version": 1,
+            "alert_id": ep.alert_id,
+            "job": self.job,
+            "kind": "faulty_machine",
+            "state": "firing" if firing else "resolved",
+            "severity": "critical" if firing else "info",
+            "ts_ns": now_ns,
+            "summary": summary if firing else f"resolved: {summary}",
+            "evidence": {
+                "host": ep.host,
+                "metric": ep.metric,
+                "score": round(ep.score, 3),
+                "first_seen_ns": ep.first_seen_ns,
+            },
+        }
