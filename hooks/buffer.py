@@ -4,6 +4,12 @@
 behind (a slow or absent broker), the oldest records are dropped and counted. Step ends
 travel in a second small queue so that dropping records can never drop the marker that
 tells the stream a rank's step is complete.
+
+No lock on the hot path (a lock cost ~0.5 µs per op here): deque appends and pops are
+atomic, and the counters are written by the putting thread only, so records are put
+from one thread (the training thread; the integrations ignore other threads). The
+taker reads step ends before records, so every record of an ended step is in that
+take or an earlier one.
 """
 
 from __future__ import annotations
@@ -27,33 +33,37 @@ class RecordBuffer:
         self.dropped_ends = 0
 
     def put(self, record: Any) -> None:
-        """Append a record (any thread); the oldest one goes if the buffer is full."""
-        with self._lock:
-            if len(self._records) == self.capacity:
-                self.dropped_count += 1
-            self._records.append(record)
-            self.put_count += 1
+        """Append a record (the putting thread); the oldest one goes if the buffer is full."""
+        records = self._records
+        if len(records) == self.capacity:
+            self.dropped_count += 1
+        records.append(record)
+        self.put_count += 1
 
     def end_step(self, step: int) -> None:
         """Mark ``step`` finished on this rank: every record of it was put before."""
-        with self._lock:
-            if len(self._ends) == self._ends.maxlen:
-                self.dropped_ends += 1
-            self._ends.append(step)
+        if len(self._ends) == self._ends.maxlen:
+            self.dropped_ends += 1
+        self._ends.append(step)
 
     def take(self) -> tuple[list[Any], list[int]]:
-        """Everything buffered: (records in put order, steps ended).
-
-        The step ends are read in the same critical section as the records, so every
-        record of an ended step is in this take or an earlier one.
-        """
+        """Everything buffered: (records in put order, steps ended). One taker at a time."""
         with self._lock:
-            records = list(self._records)
-            ends = list(self._ends)
-            self._records.clear()
-            self._ends.clear()
+            ends = _drain(self._ends)
+            records = _drain(self._records)
             self.taken_count += len(records)
         return records, ends
 
     def __len__(self) -> int:
         return len(self._records)
+
+
+def _drain(queue: deque[Any]) -> list[Any]:
+    """Pop everything, one atomic popleft at a time (a put may land meanwhile)."""
+    out = []
+    pop = queue.popleft
+    try:
+        while True:
+            out.append(pop())
+    except IndexError:
+        return out

@@ -55,13 +55,15 @@ class Clock:
         self._base = wall() - read()
         self.offset_ns = 0
         self.error_ns = 0
+        self.shift_ns = self._base
+        """raw ``read()`` + shift_ns = aligned wall clock (hot paths add it themselves)."""
 
     def now_ns(self) -> int:
-        return self.read() + self._base + self.offset_ns
+        return self.read() + self.shift_ns
 
     def to_wall(self, raw_ns: int) -> int:
         """A raw ``read()`` value on the aligned wall clock."""
-        return raw_ns + self._base + self.offset_ns
+        return raw_ns + self.shift_ns
 
     def local_ns(self) -> int:
         """Unaligned wall clock (what ping-pong samples are taken with)."""
@@ -70,3 +72,4 @@ class Clock:
     def align(self, estimate: OffsetEstimate) -> None:
         self.offset_ns = estimate.offset_ns
         self.error_ns = estimate.error_ns
+        self.shift_ns = self._base + estimate.offset_ns

@@ -61,9 +61,18 @@ class _Op:
     ) -> None:
         rw = self.rw
         t1 = rw._read()
-        start = rw.clock.to_wall(self.t0)
-        rw.buffer.put(
-            (rw.step, self.optype, self.seq, self.mb, self.chunk, self.gmc, start, t1 - self.t0)
+        t0 = self.t0
+        rw._put(
+            (
+                rw.step,
+                self.optype,
+                self.seq,
+                self.mb,
+                self.chunk,
+                self.gmc,
+                t0 + rw.clock.shift_ns,
+                t1 - t0,
+            )
         )
         rw._in_flight = self.prev
         rw._last_done = (self.optype, self.seq, rw.step, t1)
@@ -100,6 +109,7 @@ class RankWatch:
         self.clock = clock or Clock()
         self._read = self.clock.read
         self.buffer = RecordBuffer(capacity)
+        self._put = self.buffer.put
         self.step = 0
         self._seq: dict[str, int] = {}
         self._in_flight: tuple[str, int, int, int] | None = None

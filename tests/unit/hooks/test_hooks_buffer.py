@@ -32,21 +32,22 @@ def test_capacity_must_be_positive() -> None:
         RecordBuffer(capacity=0)
 
 
-def test_counts_hold_under_concurrent_puts() -> None:
+def test_counts_hold_while_another_thread_takes() -> None:
     buf = RecordBuffer(capacity=100)
     taken: list[int] = []
 
     def produce() -> None:
-        for i in range(5000):
+        for i in range(20_000):
             buf.put(i)
+            if i % 1000 == 999:
+                buf.end_step(i // 1000)
 
-    threads = [threading.Thread(target=produce) for _ in range(3)]
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
+    producer = threading.Thread(target=produce)
+    producer.start()
+    while producer.is_alive():
         taken += buf.take()[0]
-    for t in threads:
-        t.join()
+    producer.join()
     taken += buf.take()[0]
-    assert buf.put_count == 15000
-    assert len(taken) + buf.dropped_count == 15000
+    assert buf.put_count == 20_000
+    assert len(taken) + buf.dropped_count == 20_000
+    assert taken == sorted(taken)  # put order kept

@@ -1,0 +1,136 @@
+"""Benchmark of the hooks' overhead: per timed op on the training thread, per real step.
+
+Run from the repo root:
+
+    .venv/bin/python benchmarks/bench_hooks.py [--ops 200000] [--jobs 3] [--steps 20]
+
+Cases:
+- ``op``: ``with rw.op("forward-compute", mb=i)`` around nothing, with the publisher
+  thread running and a sink that takes each message (so the background encoding
+  competes for the GIL as it would in training). Reported: wall ns per op on the
+  training thread (median over repeats, and min..max), next to an empty ``with
+  nullcontext()`` loop (the floor) and the switched-off hooks (``NOOP``).
+- ``publish``: the publisher thread's cost per record (orjson encoding of batches).
+- ``workload``: the real gloo PP 2 x DP 2 job (hooks/workload), hooks on vs off,
+  alternating jobs; median step time of each job (first two steps dropped: handshakes)
+  and the median over jobs with min..max; plus a bound that does not drown in noise:
+  (timed ops per rank per step x per-op cost) / step time.
+
+Goals (DESIGN.md): < 5 µs per op, < 1% of step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from contextlib import nullcontext
+from typing import Any
+
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.publisher import PublisherConfig
+from rankwatch.hooks.records import encode_ops
+from rankwatch.hooks.tracker import NOOP, RankWatch
+from rankwatch.hooks.transports import SinkTransport
+
+IDENT = Identity(job="bench", host="h", rank=0, dp_rank=0, pp_rank=0, dp_size=2, pp_size=2)
+
+
+def per_op_ns(n: int, repeat: int, publisher: bool) -> dict[str, Any]:
+    """ns per op on this thread: wall clock, and this thread's CPU time (immune to the
+    other processes sharing the cores)."""
+    taken = []
+    rw = RankWatch(
+        IDENT,
+        SinkTransport(lambda kind, value: taken.append(len(value))),
+        capacity=n * repeat,
+        publisher=PublisherConfig(flush_interval_s=0.05, max_batch=20_000),
+        start=publisher,
+    )
+    cases = {
+        "empty with (floor)": lambda i: nullcontext(),
+        "hooks off (NOOP)": lambda i: NOOP,
+        "hooks on": lambda i: rw.op("forward-compute", mb=i),
+    }
+    out: dict[str, Any] = {}
+    for name, make in cases.items():
+        wall, cpu = [], []
+        for _ in range(repeat):
+            rw.step_begin(0)
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            for i in range(n):
+                with make(i):
+                    pass
+            wall.append((time.perf_counter_ns() - t0) / n)
+            cpu.append((time.thread_time_ns() - c0) / n)
+            rw.step_end()
+        out[name] = {"wall": _spread(wall), "thread_cpu": _spread(cpu)}
+    stats = rw.close()
+    out["records"] = {"put": stats.put, "sent": stats.sent, "dropped": stats.dropped_buffer}
+    return out
+
+
+def publish_ns_per_record(n: int = 20_000, repeat: int = 5) -> dict[str, float]:
+    records = [
+        (0, "forward-compute", i, i, 0, 0, 1_700_000_000_000_000_000 + i, 1000) for i in range(n)
+    ]
+    runs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        encode_ops(IDENT, records, batch_seq=0, sent_ns=0, steps_done=[(0, n)])
+        runs.append((time.perf_counter_ns() - t0) / n)
+    return _spread(runs)
+
+
+def workload(jobs: int, steps: int) -> dict[str, Any]:
+    from rankwatch.hooks.workload.config import WorkloadConfig
+    from rankwatch.hooks.workload.launch import run_job
+
+    medians: dict[str, list[float]] = {"on": [], "off": []}
+    ops_per_rank_step = []
+    for _ in range(jobs):
+        for mode in ("on", "off"):
+            cfg = WorkloadConfig(dp=2, pp=2, steps=steps, microbatches=4, hooks=mode == "on")
+            result = run_job(cfg)
+            medians[mode].append(statistics.median(result.step_times_s()[2:]))
+            if mode == "on":
+                puts = [s["put"] for s in result.hook_stats()]
+                ops_per_rank_step.append(max(puts) / steps)
+    on, off = statistics.median(medians["on"]), statistics.median(medians["off"])
+    return {
+        "step_s_hooks_on": _spread(medians["on"]),
+        "step_s_hooks_off": _spread(medians["off"]),
+        "on_over_off": on / off,
+        "ops_per_rank_per_step": max(ops_per_rank_step),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=3, help="workload jobs per mode (0: skip)")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "op_ns": per_op_ns(args.ops, args.repeat, publisher=True),
+        "op_ns_publisher_paused": per_op_ns(args.ops, args.repeat, publisher=False),
+    }
+    report["publish_ns_per_record"] = publish_ns_per_record()
+    if args.jobs:
+        report["workload"] = w = workload(args.jobs, args.steps)
+        per_op = (
+            report["op_ns"]["hooks on"]["median"] - report["op_ns"]["empty with (floor)"]["median"]
+        )
+        bound = w["ops_per_rank_per_step"] * per_op / 1e9 / w["step_s_hooks_off"]["median"]
+        w["bound_fraction_of_step"] = bound
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
