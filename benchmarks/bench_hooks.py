@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import tempfile
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -91,8 +93,12 @@ def workload(jobs: int, steps: int) -> dict[str, Any]:
     ops_per_rank_step = []
     for _ in range(jobs):
         for mode in ("on", "off"):
-            cfg = WorkloadConfig(dp=2, pp=2, steps=steps, microbatches=4, hooks=mode == "on")
+            spool = tempfile.mkdtemp(prefix="bench-hooks-")
+            cfg = WorkloadConfig(
+                dp=2, pp=2, steps=steps, microbatches=4, hooks=mode == "on", spool_dir=spool
+            )
             result = run_job(cfg)
+            shutil.rmtree(spool)
             medians[mode].append(statistics.median(result.step_times_s()[2:]))
             if mode == "on":
                 puts = [s["put"] for s in result.hook_stats()]
