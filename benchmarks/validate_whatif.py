@@ -32,11 +32,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16, help="analysed steps per job")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--every", type=int, default=2, help="straggler on/off period")
+    parser.add_argument("--dp", type=int, default=2, help="data-parallel size (PP is 2)")
     args = parser.parse_args()
     report: dict[str, Any] = {"config": vars(args), "levels": {}}
     for level in args.levels:
         runs = [
-            one_job(level, args.steps, args.warmup, args.every, seed)
+            one_job(level, args.steps, args.warmup, args.every, seed, args.dp)
             for seed in range(args.repeats)
         ]
         report["levels"][str(level)] = {

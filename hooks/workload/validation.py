@@ -39,9 +39,11 @@ from rankwatch.streams.assembly import AssembledStep, StepAssembler
 SLOW_RANK = 0
 
 
-def job_config(matmuls: int, steps: int, every: int, spool: Path, seed: int) -> WorkloadConfig:
+def job_config(
+    matmuls: int, steps: int, every: int, spool: Path, seed: int, dp: int = 2
+) -> WorkloadConfig:
     return WorkloadConfig(
-        dp=2, pp=2, microbatches=4, hidden=128, blocks_per_stage=2, seq=32, steps=steps,
+        dp=dp, pp=2, microbatches=4, hidden=128, blocks_per_stage=2, seq=32, steps=steps,
         slow_rank=SLOW_RANK, slow_matmuls=matmuls, slow_every=every, spool_dir=str(spool),
         job=f"validate-{matmuls}-{seed}", seed=seed,
     )  # fmt: skip
@@ -68,12 +70,14 @@ def concat(steps: list[AssembledStep]) -> Trace:
     return Trace(**{n: np.concatenate([getattr(s.trace, n) for s in steps]) for n in names})
 
 
-def one_job(matmuls: int, steps: int, warmup: int, every: int, seed: int) -> dict[str, Any]:
+def one_job(
+    matmuls: int, steps: int, warmup: int, every: int, seed: int, dp: int = 2
+) -> dict[str, Any]:
     """One job at one straggler level: measured and simulated slowdown, replay error,
     the workers' S_w."""
     with tempfile.TemporaryDirectory(prefix="validate-") as tmp:
         spool = Path(tmp) / "spool"
-        cfg = job_config(matmuls, warmup + steps, every, spool, seed)
+        cfg = job_config(matmuls, warmup + steps, every, spool, seed, dp)
         result = run_job(cfg, Path(tmp) / "out")
         assembled = assembled_steps(spool)
     kept = range(warmup, cfg.steps)

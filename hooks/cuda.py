@@ -1,0 +1,95 @@
+"""GPU op timing with CUDA events, anchored to the host clock.
+
+The training thread only records two events per op (asynchronous, no sync);
+:meth:`CudaTimer.collect` (called at step end, never blocking) turns the events that
+completed into records: an event's host time is the anchor's host time plus the GPU
+time elapsed since the anchor event. The anchor is an event recorded on an idle
+device right after a synchronize, so it completes when the host reads its clock; it
+is renewed every ``anchor_every_s`` to bound drift between the two clocks.
+
+torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``
+and ``synchronize``). Untested on a GPU in this repository's CI (no GPU there); the
+unit tests drive it with stand-in events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from types import TracebackType
+from typing import Any
+
+from rankwatch.hooks.tracker import RankWatch
+from rankwatch.schemas.optypes import COMPUTE
+
+_MS = 1_000_000  # ns per ms (elapsed_time is in ms)
+
+
+class _GpuOp:
+    __slots__ = ("chunk", "gmc", "mb", "optype", "timer")
+
+    def __init__(self, timer: CudaTimer, optype: str, mb: int, chunk: int, gmc: int) -> None:
+        self.timer, self.optype, self.mb, self.chunk, self.gmc = timer, optype, mb, chunk, gmc
+
+    def __enter__(self) -> None:
+        t = self.timer
+        start = t.cuda.Event(enable_timing=True)
+        start.record()
+        t._open.append((self, t.rw.step, t.rw.next_seq(self.optype), start))
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        t = self.timer
+        end = t.cuda.Event(enable_timing=True)
+        end.record()
+        op, step, seq, start = t._open.pop()
+        t.pending.append((op, step, seq, start, end))
+
+
+class CudaTimer:
+    def __init__(self, rw: RankWatch, cuda: Any, anchor_every_s: float = 60.0) -> None:
+        self.rw = rw
+        self.cuda = cuda
+        self.anchor_every_ns = int(anchor_every_s * 1e9)
+        self.pending: deque[tuple[_GpuOp, int, int, Any, Any]] = deque()
+        self._open: list[tuple[_GpuOp, int, int, Any]] = []
+        self.anchor()
+
+    def anchor(self) -> None:
+        """Tie GPU time to the host clock (synchronises the device: call it rarely)."""
+        self.cuda.synchronize()
+        event = self.cuda.Event(enable_timing=True)
+        event.record()
+        event.synchronize()
+        self._anchor_raw = self.rw.clock.read()
+        self._anchor_event = event
+
+    def op(self, optype: str, mb: int = -1, chunk: int | None = None) -> Any:
+        """Like ``RankWatch.op`` but timed on the device's current stream."""
+        rw = self.rw
+        if not rw.enabled:
+            return rw.op(optype)
+        if optype in COMPUTE:
+            c = 0 if chunk is None else chunk
+            return _GpuOp(self, optype, mb, c, c * rw.identity.pp_size + rw.identity.pp_rank)
+        return _GpuOp(self, optype, -1, -1, -1)
+
+    def collect(self) -> int:
+        """Record every timed op whose end event completed, in order; never blocks.
+
+        Returns how many are still pending. Re-anchors when the anchor is old and
+        nothing is pending (the anchor event must stay valid for pending ops).
+        """
+        emitted = 0
+        while self.pending:
+            op, step, seq, start, end = self.pending[0]
+            if not end.query():
+                break
+            self.pending.popleft()
+            t0 = self._anchor_raw + round(self._anchor_event.elapsed_time(start) * _MS)
+            t1 = t0 + round(start.elapsed_time(end) * _MS)
+            self.rw.emit(op.optype, seq, t0, t1, op.mb, op.chunk, op.gmc, step=step)
+            emitted += 1
+        if not self.pending and self.rw.clock.read() - self._anchor_raw > self.anchor_every_ns:
+            self.anchor()
+        return len(self.pending)

@@ -1,0 +1,77 @@
+"""CUDA-event timing, driven by stand-in events (no GPU here): anchoring and order."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from rankwatch.hooks.clock import Clock
+from rankwatch.hooks.cuda import CudaTimer
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.tracker import RankWatch
+from rankwatch.hooks.transports import SinkTransport
+
+
+class FakeCuda:
+    """Device time in ms advances by ``gpu_ms`` per recorded event; ``done`` says up
+    to which event the device has got."""
+
+    def __init__(self) -> None:
+        self.gpu_ms = 0.0
+        self.done = 10**9
+        self.recorded = 0
+        cuda = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.t = 0.0
+                self.n = 0
+
+            def record(self) -> None:
+                cuda.gpu_ms += 2.0
+                cuda.recorded += 1
+                self.t, self.n = cuda.gpu_ms, cuda.recorded
+
+            def synchronize(self) -> None:
+                pass
+
+            def query(self) -> bool:
+                return self.n <= cuda.done
+
+            def elapsed_time(self, other: Any) -> float:
+                return float(other.t - self.t)
+
+        self.Event = Event
+
+    def synchronize(self) -> None:
+        pass
+
+
+def test_events_become_records_on_the_host_clock_once_complete() -> None:
+    ticks = itertools.count(1_000_000, 1_000)
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=1, pp_size=2),
+        SinkTransport(lambda k, v: None),
+        clock=Clock(read=lambda: next(ticks), wall=lambda: 0),
+        start=False,
+    )
+    cuda = FakeCuda()
+    timer = CudaTimer(rw, cuda)  # anchor: event 1 at 2 ms, host raw 1_001_000
+    anchor_raw = timer._anchor_raw
+    rw.step_begin(5)
+    with timer.op("forward-compute", mb=0):  # events 2 (4 ms) and 3 (6 ms)
+        pass
+    with timer.op("forward-send"):  # events 4, 5
+        pass
+    cuda.done = 3  # the send has not finished on the device
+    assert timer.collect() == 1
+    cuda.done = 10**9
+    assert timer.collect() == 0
+    recs = rw.buffer.take()[0]
+    shift = rw.clock.shift_ns
+    assert [(r[0], r[1], r[2], r[3], r[5]) for r in recs] == [
+        (5, "forward-compute", 0, 0, 1),
+        (5, "forward-send", 0, -1, -1),
+    ]
+    assert recs[0][6] == anchor_raw + 2 * 1_000_000 + shift and recs[0][7] == 2_000_000
+    assert recs[1][6] == anchor_raw + 6 * 1_000_000 + shift
