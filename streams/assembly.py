@@ -103,6 +103,10 @@ class _OpenStep:
     def done_workers(self) -> set[Worker]:
         return {w for w in self.ended if self.received.get(w, 0) >= self.declared.get(w, 0)}
 
+    def complete(self, expected: frozenset[Worker]) -> bool:
+        # cheap test first: this runs once per batch, the set comprehension per worker
+        return len(self.ended) >= len(expected) and expected <= self.done_workers()
+
 
 @dataclass
 class _Job:
@@ -110,11 +114,11 @@ class _Job:
     open: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
     closed: OrderedDict[int, None] = field(default_factory=OrderedDict)
     seen_batches: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
+    expected: frozenset[Worker] = field(init=False)
 
-    @property
-    def expected(self) -> set[Worker]:
+    def __post_init__(self) -> None:
         dp, pp = self.layout
-        return {(d, p) for d in range(dp) for p in range(pp)}
+        self.expected = frozenset((d, p) for d in range(dp) for p in range(pp))
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ class StepAssembler:
         worker = (batch.dp_rank, batch.pp_rank)
         touched = self._file_records(job, batch, worker, now_ns)
         self._file_step_ends(job, batch, worker, now_ns, touched)
-        done = [s for s in sorted(touched) if job.expected <= job.open[s].done_workers()]
+        done = [s for s in sorted(touched) if job.open[s].complete(job.expected)]
         closed = [self._close(batch.job, job, s, partial=False) for s in done]
         closed += self._evict_overflow(batch.job, job)
         pending = tuple(s for s in sorted(touched) if s in job.open)
@@ -226,7 +230,7 @@ class StepAssembler:
                 self.counters.late_records += int(hi - lo)
                 continue
             open_step = self._open(job, step, now_ns)
-            rows = order[lo:hi]
+            rows = order[lo:hi] if order is not None else slice(None)
             chunk = {c: getattr(batch, c)[rows] for c in _COLUMNS}
             chunk["dp_rank"] = np.full(hi - lo, worker[0], dtype=np.int64)
             chunk["stage"] = np.full(hi - lo, worker[1], dtype=np.int64)
@@ -278,8 +282,11 @@ class StepAssembler:
         return _assembled(name, step, columns, partial, missing, job.layout)
 
 
-def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row order grouping ``steps``, the distinct steps, and their group bounds."""
+def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Row order grouping ``steps`` (None: as they are), the distinct steps, and their
+    group bounds. A batch usually holds one step: no sort then."""
+    if steps.size and steps[0] == steps[-1] and bool((steps == steps[0]).all()):
+        return None, steps[:1], np.array([0, steps.size])
     order = np.argsort(steps, kind="stable")
     ordered = steps[order]
     cut = np.flatnonzero(np.diff(ordered)) + 1

@@ -8,6 +8,7 @@ out in send-time order, the order a broker would see them. Pure: the shells
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,3 +94,22 @@ def _cut(
             steps_done=((int(trace.step[rows[0]]), int(hi - lo)),),
         )
         yield ReplayedBatch(batch, sent_ns)
+
+
+def replay_repeated(
+    trace: Trace, meta: JobMeta, job: str, origin_ns: int, copies: int
+) -> Iterator[ReplayedBatch]:
+    """``trace`` replayed ``copies`` times back to back as one longer job (steps and
+    batch sequence numbers continue): long replays for benchmarks of bounded memory."""
+    span = int(trace.step.max() - trace.step.min()) + 1
+    seq: dict[int, int] = {}
+    start = origin_ns
+    for i in range(copies):
+        shifted = dataclasses.replace(trace, step=trace.step + i * span)
+        last = start
+        for item in replay_batches(shifted, meta, job, start):
+            rank = item.batch.rank
+            seq[rank] = seq.get(rank, -1) + 1
+            last = item.sent_ns
+            yield ReplayedBatch(dataclasses.replace(item.batch, batch_seq=seq[rank]), item.sent_ns)
+        start = last + round(STEP_GAP_S * 1e9)

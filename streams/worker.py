@@ -66,10 +66,12 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     async def ops(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
-            await _restore_first(state, event.value)
+            batch = state.decode(event.value)
+            while state.needs_restore(batch) and not state.restore(batch):  # type: ignore[arg-type]
+                await asyncio.sleep(min(max(state.retry_in(), 0.05), 5.0))  # store down
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
-            state.on_message(event, event.value, source)
+            state.on_message(event, event.value, source, batch)
             while state.full:  # back-pressure: nothing more in memory until it is stored
                 await settle()
                 if state.full:
@@ -92,15 +94,6 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     return app, state
-
-
-async def _restore_first(state: WorkerState, value: bytes) -> None:
-    """Restore the message's job from the store if new here, waiting out store outages."""
-    need = state.needs_restore(value)
-    if need is None:
-        return
-    while not state.restore(*need):
-        await asyncio.sleep(min(max(state.retry_in(), 0.05), 5.0))
 
 
 def _assignment(app: faust.App) -> set[Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops, encode
+from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.acks import AckTracker
 from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
@@ -135,18 +136,21 @@ class WorkerState:
 
     # -- messages ----------------------------------------------------------------------
 
-    def needs_restore(self, value: bytes) -> tuple[str, tuple[int, int]] | None:
-        """(job, layout) when ``value`` is a batch of a job this process has not met."""
+    def decode(self, value: bytes) -> OpBatch | None:
+        """The batch in ``value``, or None when it is bad (the pipeline dead-letters it)."""
         try:
-            batch = decode_ops(value, max_bytes=self.settings.max_message_bytes)
+            return decode_ops(value, max_bytes=self.settings.max_message_bytes)
         except InvalidMessage:
             return None
-        if self.pipeline.knows(batch.job):
-            return None
-        return batch.job, (batch.dp_size, batch.pp_size)
 
-    def restore(self, job: str, layout: tuple[int, int]) -> bool:
-        """Load ``job``'s history from the store; False if the store is unavailable."""
+    def needs_restore(self, batch: OpBatch | None) -> bool:
+        """Whether ``batch`` is of a job this process has not met yet."""
+        return batch is not None and not self.pipeline.knows(batch.job)
+
+    def restore(self, batch: OpBatch) -> bool:
+        """Load the history of ``batch``'s job from the store; False if the store is
+        unavailable."""
+        job, layout = batch.job, (batch.dp_size, batch.pp_size)
         if not self.store_ready:
             return False
         try:
@@ -172,10 +176,17 @@ class WorkerState:
         )
         return True
 
-    def on_message(self, token: Any, value: bytes, source: Source) -> None:
-        """One consumed message; ``token`` is acknowledged once what it fed is stored."""
+    def on_message(
+        self, token: Any, value: bytes, source: Source, batch: OpBatch | None = None
+    ) -> None:
+        """One consumed message (``batch``: already decoded, None to decode it here);
+        ``token`` is acknowledged once what it fed is stored."""
         self.counters.messages_in += 1
-        out = self.pipeline.on_message(value, source, time.time_ns())
+        now_ns = time.time_ns()
+        if batch is None:
+            out = self.pipeline.on_message(value, source, now_ns)
+        else:
+            out = self.pipeline.on_batch(batch, value, source, now_ns)
         job = source.key.decode("utf-8", "replace") if source.key else ""
         if out.pending:
             job = out.pending[0][0]

@@ -54,10 +54,10 @@ def messages() -> list[bytes]:
 
 def consume(state: WorkerState, items: list[tuple[int, bytes]]) -> None:
     for offset, value in items:
-        need = state.needs_restore(value)
-        if need is not None:
-            assert state.restore(*need)
-        state.on_message(offset, value, Source("ops", 0, offset, b"j", 1))
+        batch = state.decode(value)
+        if state.needs_restore(batch):
+            assert batch is not None and state.restore(batch)
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", 1), batch)
 
 
 def test_store_outage_mid_run_keeps_rows_and_acknowledges_only_what_is_stored() -> None:

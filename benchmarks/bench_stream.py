@@ -1,0 +1,250 @@
+"""Benchmark of the stream worker: Kafka -> faust worker -> chDB, on one core.
+
+Run from the repo root (starts its own dev broker; takes a few minutes):
+
+    .venv/bin/python benchmarks/bench_stream.py [--trace SE] [--copies 10] [--rate 50000]
+
+Cases:
+- ``core``: the worker's pipeline in-process, no Kafka and no store (decode, assemble,
+  analyse, rows, alerts) on the whole trace: records/s, and the streaming overhead
+  ratio against ``rankwatch.sim.analyse`` of the same trace offline.
+- ``kafka-1x`` / ``kafka-Nx``: the trace (and N copies back to back, as one longer
+  job) published to a one-partition topic first, then one ``rankwatch worker``
+  subprocess pinned to one core (``taskset``) drains it into chDB: records/s from the
+  worker's group assignment to the last offset committed (committed = stored), and the
+  worker's peak RSS (VmHWM): bounded memory means the N-times-longer replay peaks
+  within a small constant of the 1x one.
+- ``latency``: a live replay paced at ``--rate`` records/s; per step, from the send of
+  its last batch to its announcement on ``<prefix>.steps`` (sent right after the row
+  is stored; the broker's timestamp): p50 / p95 / max.
+
+Figures go to stdout as one JSON object (``--json``) or a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rankwatch.schemas.codec import decode, encode_ops
+from rankwatch.sim import analyse
+from rankwatch.streams.alerts import StragglerAlerts
+from rankwatch.streams.analyser import WhatIfAnalyser
+from rankwatch.streams.assembly import AssemblyConfig
+from rankwatch.streams.devbroker import DevBroker, create_topics
+from rankwatch.streams.pipeline import Pipeline, Source
+from rankwatch.streams.publish import publish
+from rankwatch.streams.replay import ReplayedBatch, replay_repeated
+from rankwatch.streams.testing import WorkerProcess, uncommitted
+from rankwatch.traceio import read_meta, read_trace
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
+
+
+def core(batches: list[ReplayedBatch], trace: Any, meta: Any) -> dict[str, float]:
+    messages = [encode_ops(b.batch) for b in batches]
+    pipeline = Pipeline(
+        assembly=AssemblyConfig(grace_s=1e9),
+        analyser=WhatIfAnalyser(),
+        alerts=StragglerAlerts(),
+        keep_ops=True,
+    )
+    t0, c0 = time.perf_counter(), time.process_time()
+    for m in messages:
+        pipeline.on_message(m, Source("ops"), 0)
+    pipeline.flush(0)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0 = time.perf_counter()
+    analyse(trace, meta)
+    offline = time.perf_counter() - t0
+    records = sum(len(b.batch) for b in batches)
+    return {
+        "records": records,
+        "messages": len(messages),
+        "records_per_s": records / wall,
+        "cpu_records_per_s": records / cpu,
+        "seconds": wall,
+        "offline_seconds": offline,
+        "overhead_ratio": wall / offline,
+    }
+
+
+def drain(broker: str, batches: list[ReplayedBatch], work: Path, name: str) -> dict[str, Any]:
+    """Pre-publish, then time one pinned worker draining the topic into chDB."""
+    prefix = f"b{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.ops"
+    asyncio.run(create_topics(broker, [topic], 1))
+    asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    publish(broker, batches, topic=topic)
+    records = sum(len(b.batch) for b in batches)
+    worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / name}", work, name))
+    try:
+        worker.wait_for(
+            lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
+        )
+        t0, cpu0 = time.monotonic(), _cpu_s(worker.proc.pid)
+        while uncommitted(broker, f"{prefix}-workers", topic, 1) > 0:
+            if time.monotonic() - t0 > 900:
+                raise RuntimeError(f"{name}: not drained in 900 s: {worker.status()}")
+            time.sleep(0.25)
+        seconds = time.monotonic() - t0
+        cpu = _cpu_s(worker.proc.pid) - cpu0
+        status = worker.status()
+        peak = _vmhwm_mib(worker.proc.pid)
+    finally:
+        worker.stop()
+    return {
+        "records": records,
+        "messages": len(batches),
+        "steps": status.get("steps_analysed"),
+        "seconds": seconds,
+        "records_per_s": records / seconds,
+        "worker_cpu_s": cpu,
+        "records_per_cpu_s": records / cpu,
+        "peak_rss_mib": peak,
+    }
+
+
+def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) -> dict[str, Any]:
+    prefix = f"l{uuid.uuid4().hex[:8]}"
+    topic = f"{prefix}.ops"
+    asyncio.run(create_topics(broker, [topic], 1))
+    asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    worker = _pinned(
+        WorkerProcess(broker, prefix, f"chdb://{work / 'lat'}", work, "lat", RANKWATCH_TICK_S="0.2")
+    )
+    try:
+        worker.wait_for(
+            lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
+        )
+        last_sent = asyncio.run(_paced(broker, topic, batches, rate))
+        announced = asyncio.run(_announced(broker, f"{prefix}.steps", len(last_sent), 120))
+    finally:
+        worker.stop()
+    lat = sorted(announced[k] - last_sent[k] for k in announced if k in last_sent)
+    return {
+        "rate_records_per_s": rate,
+        "steps": len(lat),
+        "p50_s": statistics.median(lat) if lat else None,
+        "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
+        "max_s": lat[-1] if lat else None,
+    }
+
+
+async def _paced(
+    broker: str, topic: str, batches: list[ReplayedBatch], rate: float
+) -> dict[int, float]:
+    """Send at ``rate`` records/s; the wall time each step's last batch was acked."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=2, acks="all")
+    await producer.start()
+    last: dict[int, float] = {}
+    try:
+        t0, sent = time.monotonic(), 0
+        for item in batches:
+            ahead = sent / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+            await producer.send(topic, encode_ops(item.batch), key=item.batch.job.encode())
+            sent += len(item.batch)
+            for step, _ in item.batch.steps_done:
+                last[step] = time.time()  # overwritten until the step's last batch
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return last
+
+
+async def _announced(broker: str, topic: str, want: int, timeout_s: float) -> dict[int, float]:
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest")
+    await consumer.start()
+    got: dict[int, float] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                for r in records:
+                    got[decode("steps", r.value)["step"]] = r.timestamp / 1e3
+    finally:
+        await consumer.stop()
+    return got
+
+
+def _pinned(worker: WorkerProcess) -> WorkerProcess:
+    """Pin the worker (and its threads) to the last core, when taskset exists."""
+    if shutil.which("taskset"):
+        core = str((os.cpu_count() or 1) - 1)
+        subprocess.run(["taskset", "-a", "-p", "-c", core, str(worker.proc.pid)], check=False,
+                       capture_output=True)  # fmt: skip
+    return worker
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _vmhwm_mib(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="SE", choices=("SE", "ST"))
+    parser.add_argument("--copies", type=int, default=10)
+    parser.add_argument("--rate", type=float, default=0.0, help="latency case (0: 70%% of 1x)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not DATA.is_dir():
+        print(f"skipped: {DATA} is absent")
+        return 0
+    trace = read_trace(DATA / f"trace-{args.trace}.parquet")
+    meta = read_meta(DATA / f"meta-{args.trace}.yaml")
+    one = list(replay_repeated(trace, meta, "bench", time.time_ns(), 1))
+    many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies))
+    results: dict[str, Any] = {"trace": args.trace, "core": core(one, trace, meta)}
+    work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    broker = DevBroker(work / "kafka")
+    try:
+        bootstrap = broker.start()
+        results["kafka-1x"] = drain(bootstrap, one, work, "x1")
+        results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
+        rate = args.rate or 0.7 * results["kafka-1x"]["records_per_s"]
+        live = list(replay_repeated(trace, meta, "live", time.time_ns(), 3))
+        results["latency"] = latency(bootstrap, live, rate, work)
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()[0]
+    results["load_average_1m"] = load
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        for name, figures in results.items():
+            print(f"{name}: {figures}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
