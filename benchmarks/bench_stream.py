@@ -80,7 +80,9 @@ def core(batches: list[ReplayedBatch], trace: Any, meta: Any) -> dict[str, float
     }
 
 
-def drain(broker: str, batches: list[ReplayedBatch], work: Path, name: str) -> dict[str, Any]:
+def drain(
+    broker: str, batches: list[ReplayedBatch], work: Path, name: str, **env: str
+) -> dict[str, Any]:
     """Pre-publish, then time one pinned worker draining the topic into chDB."""
     prefix = f"b{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.ops"
@@ -88,7 +90,7 @@ def drain(broker: str, batches: list[ReplayedBatch], work: Path, name: str) -> d
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     publish(broker, batches, topic=topic)
     records = sum(len(b.batch) for b in batches)
-    worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / name}", work, name))
+    worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / name}", work, name, **env))
     try:
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
@@ -215,6 +217,9 @@ def main() -> int:
     parser.add_argument("--copies", type=int, default=10)
     parser.add_argument("--rate", type=float, default=0.0, help="latency case (0: 70%% of 1x)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
+    )
     args = parser.parse_args()
     if not DATA.is_dir():
         print(f"skipped: {DATA} is absent")
@@ -230,6 +235,10 @@ def main() -> int:
         bootstrap = broker.start()
         results["kafka-1x"] = drain(bootstrap, one, work, "x1")
         results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
+        if args.without_ops:
+            results["kafka-1x-without-ops"] = drain(
+                bootstrap, one, work, "n1", RANKWATCH_KEEP_OPS="0"
+            )
         rate = args.rate or 0.7 * results["kafka-1x"]["records_per_s"]
         live = list(replay_repeated(trace, meta, "live", time.time_ns(), 3))
         results["latency"] = latency(bootstrap, live, rate, work)
