@@ -15,6 +15,8 @@ Cases:
   alternating jobs; median step time of each job (first two steps dropped: handshakes)
   and the median over jobs with min..max; plus a bound that does not drown in noise:
   (timed ops per rank per step x per-op cost) / step time.
+- ``workload_in_job``: hooks switched on and off every 2 steps inside each job;
+  median on-step time / median off-step time per job (machine noise mostly cancels).
 
 Goals (DESIGN.md): < 5 µs per op, < 1% of step time.
 """
@@ -112,6 +114,26 @@ def workload(jobs: int, steps: int) -> dict[str, Any]:
     }
 
 
+def workload_in_job(jobs: int, steps: int) -> dict[str, Any]:
+    """Hooks switched on and off every 2 steps inside each job (cancels machine noise
+    the way the what-if validation does); ratio of median step times per job."""
+    from rankwatch.hooks.workload.config import WorkloadConfig
+    from rankwatch.hooks.workload.launch import run_job
+
+    ratios = []
+    for _ in range(jobs):
+        spool = tempfile.mkdtemp(prefix="bench-hooks-")
+        cfg = WorkloadConfig(
+            dp=2, pp=2, steps=steps + 2, microbatches=4, hooks_off_every=2, spool_dir=spool
+        )
+        times = run_job(cfg).step_times_s()
+        shutil.rmtree(spool)
+        on = [t for s, t in enumerate(times) if s >= 2 and cfg.hooks_on(s)]
+        off = [t for s, t in enumerate(times) if s >= 2 and not cfg.hooks_on(s)]
+        ratios.append(statistics.median(on) / statistics.median(off))
+    return {"on_over_off_per_job": ratios, "on_over_off": _spread(ratios)}
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -133,6 +155,7 @@ def main() -> None:
         per_op = report["op_ns"]["hooks on"]["thread_cpu"]["median"]  # the whole op, floor in
         bound = w["ops_per_rank_per_step"] * per_op / 1e9 / w["step_s_hooks_off"]["median"]
         w["bound_fraction_of_step"] = bound
+        report["workload_in_job"] = workload_in_job(args.jobs, 2 * args.steps)
     print(json.dumps(report, indent=2))
 
 

@@ -26,6 +26,9 @@ class WorkloadConfig:
     """Transformer-like blocks per pipeline stage (per model chunk when interleaved)."""
     job: str = "workload"
     hooks: bool = True
+    hooks_off_every: int = 0
+    """0: hooks on throughout; k: switched off in steps where (step // k) is odd (the
+    overhead benchmark's A/B inside one job)."""
     kafka: str = ""
     topic_prefix: str = "rankwatch"
     spool_dir: str = ""
@@ -65,6 +68,9 @@ class WorkloadConfig:
         if rank != self.slow_rank or self.slow_matmuls <= 0:
             return False
         return self.slow_every <= 0 or (step // self.slow_every) % 2 == 1
+
+    def hooks_on(self, step: int) -> bool:
+        return self.hooks and (self.hooks_off_every <= 0 or (step // self.hooks_off_every) % 2 == 0)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

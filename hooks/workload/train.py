@@ -198,6 +198,8 @@ class Rank:
             slow = cfg.is_slow(self.rank, step)
             for m in self.modules:
                 m.extra_matmuls = cfg.slow_matmuls if slow else 0
+            if self.rw is not None:
+                self.rw.enabled = cfg.hooks_on(step)
             start = self.clock.now_ns()
             self._step(step, *batch)
             steps.append({"step": step, "start_ns": start, "end_ns": self.clock.now_ns()})
