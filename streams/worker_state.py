@@ -189,9 +189,10 @@ class WorkerState:
             out = self.pipeline.on_message(value, source, now_ns)
         else:
             out = self.pipeline.on_batch(batch, value, source, now_ns)
-        job = source.key.decode("utf-8", "replace") if source.key else ""
+        job = batch.job if batch is not None else ""
         if out.pending:
             job = out.pending[0][0]
+        if job:
             self.job_partitions[job] = (source.topic, source.partition)
         self._write(out)
         self.acks.received(token, job, out.pending)

@@ -26,7 +26,7 @@ from rankwatch.streams.testing import (
     wait_committed,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MAX_BYTES = 100_000
 
 

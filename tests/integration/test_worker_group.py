@@ -27,7 +27,7 @@ from rankwatch.streams.testing import (
     wait_committed,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 4
 
 

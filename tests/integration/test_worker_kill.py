@@ -28,7 +28,7 @@ from rankwatch.streams.testing import (
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_kill_9_mid_replay_loses_and_duplicates_nothing(

@@ -24,7 +24,7 @@ from rankwatch.streams.testing import (
     wait_committed,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_store_outage_is_waited_out_without_committing_or_losing(

@@ -85,3 +85,13 @@ def test_store_outage_mid_run_keeps_rows_and_acknowledges_only_what_is_stored() 
     assert sorted(acked) == list(range(len(data)))
     assert sorted(r["step"] for r in store.rows["steps"]) == list(range(6))
     assert len(state.take_publishable()) == 6
+
+
+def test_a_revoked_partition_drops_its_jobs_and_their_unstored_messages() -> None:
+    store = FlakyStore()
+    state = WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=lambda: store)  # type: ignore[arg-type, return-value]
+    data = list(enumerate(messages()))
+    consume(state, data[:14])  # steps 0-2 complete, step 3 open (two of its batches)
+    state.forget_partitions({("ops", 0)})
+    assert not state.pipeline.knows("j") and state.acks.waiting == 0
+    assert sorted(state.flush()) == list(range(12))  # only what is stored
