@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,8 +75,10 @@ async def collect_steps(bootstrap: str, topic: str, want: int, timeout_s: float)
 
 
 def test_trace_st_lands_once_per_step_with_its_step_time(
-    kafka_broker: str, tmp_path: Path, st_trace
-) -> None:  # type: ignore[no-untyped-def]
+    kafka_broker: str,
+    tmp_path: Path,
+    st_trace: tuple[Any, Any, dict[str, float]],
+) -> None:
     trace, meta, published = st_trace
     prefix = f"t{uuid.uuid4().hex[:10]}"
     asyncio.run(create_topics(kafka_broker, [f"{prefix}.ops"], 4))
