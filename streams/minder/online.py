@@ -1,13 +1,18 @@
 """Minder on a live stream: one job's metrics in, scores, faults and alerts out.
 
-Pure: samples and the current time are handed in, rows and messages handed back;
-the faust agent (``rankwatch.streams.minder_agent``) only moves them. Every
-``stride_s`` seconds of stream time (once the job's newest sample is ``lag_s`` past
-the window's end, so late samples still count and a backlog replays exactly as it
-ran; a job whose hosts all fall silent is no longer evaluated: silence is the hang
-detector's business) the last ``window_s`` seconds of every host are put on a 1-second grid
-(last sample carried forward), normalised per metric to [0, high] (``high``: 100 for
-percentages, else the largest value the job has shown), and scored per metric.
+Pure: samples are handed in, rows and messages handed back; the faust agent
+(``rankwatch.streams.minder_agent``) only moves them.
+
+Every ``stride_s`` seconds of stream time (once the job's newest sample is ``lag_s``
+past the window's end, so late samples still count and a backlog replays exactly as
+it ran; a job whose hosts all fall silent is no longer evaluated: silence is the hang
+detector's business) the last ``window_s`` seconds of every host are put on a
+1-second grid (last sample carried forward), normalised per metric to [0, high] and
+scored per metric. ``high`` is the largest value of the machines' median over the
+window (at least the metric's idle level): a scale the typical machine sets, so that
+one machine's burst (a starved rank catching up) cannot squash the others into a
+corner of [0, 1].
+
 Continuity is counted across evaluations per (metric, host); the first metric in
 priority order that confirms a host names it. A host's episode opens with one firing
 alert and closes with one resolved alert after ``resolve_after`` evaluations without
@@ -28,7 +33,18 @@ from rankwatch.streams.minder.detector import MinderConfig, MinderModel, metric_
 from rankwatch.streams.minder.grid import align_to_grid, fill_gaps
 
 NS = 1_000_000_000
-PERCENT = re.compile(r"(util|wait|iowait|_pct)$")
+# Below these levels a metric counts as idle: its bound never drops under them, so
+# that the noise of an idle metric is not stretched to fill [0, 1].
+IDLE_LEVELS = (
+    (re.compile(r"(util|wait|iowait|_pct)$"), 10.0),  # percent
+    (re.compile(r"_Bps$"), 1e5),  # bytes per second
+    (re.compile(r"_ps$|_pps$"), 10.0),  # events per second
+    (re.compile(r"bytes$"), 1e6),
+)
+
+
+def idle_level(name: str) -> float:
+    return next((level for pattern, level in IDLE_LEVELS if pattern.search(name)), 1e-9)
 
 
 @dataclass(frozen=True)
@@ -67,7 +83,6 @@ class JobMonitor:
     def __init__(self, job: str, config: OnlineConfig, model: MinderModel | None = None) -> None:
         self.job, self.config, self.model = job, config, model
         self.samples: dict[str, deque[tuple[int, Mapping[str, float]]]] = {}
-        self.high: dict[str, float] = {}
         self.runs: dict[tuple[str, str], int] = {}
         self.episodes: dict[str, Episode] = {}
         self.next_end_ns: int | None = None
@@ -80,8 +95,6 @@ class JobMonitor:
             return
         self.samples.setdefault(host, deque()).append((ts_ns, metrics))
         self.newest_ns = max(self.newest_ns, ts_ns)
-        for name, value in metrics.items():
-            self.high[name] = max(self.high.get(name, 0.0), abs(value))
         if self.next_end_ns is None:
             # the first window ends on a stride boundary, a full window after the first sample
             stride = self.config.stride_s * NS
@@ -123,7 +136,8 @@ class JobMonitor:
             times.append(np.array([t for t, _ in rows], dtype=np.int64))
             values.append(np.array([[m.get(k, np.nan) for k in metrics] for _, m in rows]))
         x = fill_gaps(align_to_grid(times, values, grid))
-        high = np.array([100.0 if PERCENT.search(k) else max(self.high[k], 1e-9) for k in metrics])
+        typical = np.median(x, axis=0).max(axis=0)  # (K,)
+        high = np.maximum(typical, [idle_level(k) for k in metrics])
         return hosts, metrics, np.clip(x / high, 0.0, 1.0)
 
     def _model_for(self, metrics: list[str]) -> MinderModel:
