@@ -9,7 +9,10 @@ an iterable), so the hooks' import path stays standard library + orjson.
   ``backward_one_chunk``, every schedule calls them), and the schedules' batched
   point-to-point posts and waits. A batch is timed as a whole, from its post to the
   end of its wait (a gloo send's own wait absorbs the peer's delay, so per-op waits
-  would lie); every op type in the batch gets one record with the batch's times.
+  would lie); every op type in the batch gets one record with the batch's times. A
+  batch of sends alone ends at its wait or, when the schedule waits late (GPipe,
+  interleaved), at the end of the first compute op after which its works report
+  completion, whichever comes first.
 - :func:`watch_gc`: collector pauses through ``gc.callbacks`` (on the training thread).
 - :func:`timed_optimizer`, :func:`timed_call`: wrap a callable as one op.
 - :func:`timed_batches`: time the waits of a data iterator. The ops contract has no
@@ -43,6 +46,8 @@ class _Batch:
     step: int
     t0: int
     waiting: int
+    works: list[Any]
+    done: bool = False
 
 
 @dataclass
@@ -52,6 +57,9 @@ class PipelineWatch:
     rw: RankWatch
     tags: dict[int, str] = field(default_factory=dict)
     batches: dict[int, _Batch] = field(default_factory=dict)
+    sends: list[_Batch] = field(default_factory=list)
+    """Send-only batches in flight: schedules wait for them late (GPipe after all
+    forwards, interleaved at the next send), so they are also polled at compute ends."""
     undo_actions: list[Callable[[], None]] = field(default_factory=list)
 
     def undo(self) -> None:
@@ -92,10 +100,41 @@ def _wrap_compute(watch: PipelineWatch, stage: Any, method: str, optype: str, pp
     rw = watch.rw
 
     def timed(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-        with rw.op(optype, mb=chunk_id, chunk=index // pp, gmc=index):
-            return original(chunk_id, *args, **kwargs)
+        try:
+            with rw.op(optype, mb=chunk_id, chunk=index // pp, gmc=index):
+                return original(chunk_id, *args, **kwargs)
+        finally:
+            if watch.sends:
+                _poll_sends(watch)
 
     _patch(watch, stage, method, timed)
+
+
+def _poll_sends(watch: PipelineWatch) -> None:
+    """Close the send batches whose works all completed (gloo ``Work.is_completed``)."""
+    t1 = watch.rw.clock.read()
+    still = []
+    for batch in watch.sends:
+        if batch.done:
+            continue
+        if all(_completed(w) for w in batch.works):
+            _close(watch.rw, batch, t1)
+        else:
+            still.append(batch)
+    watch.sends[:] = still
+
+
+def _completed(work: Any) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:  # a Work without the call: wait for the schedule's wait
+        return False
+
+
+def _close(rw: RankWatch, batch: _Batch, t1: int) -> None:
+    batch.done = True
+    for optype, seq in batch.optypes:
+        rw.emit(optype, seq, batch.t0, t1, step=batch.step)
 
 
 def _wrap_get_ops(watch: PipelineWatch, stage: Any, method: str, optype: str) -> None:
@@ -119,9 +158,11 @@ def _wrap_p2p(watch: PipelineWatch, schedules: Any) -> None:
         t0 = rw.clock.read()
         works = post(p2p_ops, *args, **kwargs)
         if optypes and works and rw.enabled:
-            batch = _Batch([(o, rw.next_seq(o)) for o in optypes], rw.step, t0, len(works))
+            batch = _Batch([(o, rw.next_seq(o)) for o in optypes], rw.step, t0, len(works), works)
             for w in works:
                 watch.batches[id(w)] = batch
+            if all(o.endswith("send") for o in optypes):
+                watch.sends.append(batch)
         return works
 
     def wait_batch_p2p(works: list[Any], *args: Any, **kwargs: Any) -> Any:
@@ -132,9 +173,8 @@ def _wrap_p2p(watch: PipelineWatch, schedules: Any) -> None:
             if batch is None:
                 continue
             batch.waiting -= 1
-            if batch.waiting == 0:
-                for optype, seq in batch.optypes:
-                    rw.emit(optype, seq, batch.t0, t1, step=batch.step)
+            if batch.waiting == 0 and not batch.done:
+                _close(rw, batch, t1)
         return result
 
     _patch(watch, schedules, "_batch_p2p", batch_p2p)

@@ -169,6 +169,36 @@ def test_pipeline_stages_and_batched_p2p() -> None:
     ]
 
 
+class Work:
+    def __init__(self) -> None:
+        self.completed = False
+
+    def is_completed(self) -> bool:
+        return self.completed
+
+
+def test_a_send_waited_late_ends_at_the_compute_after_which_it_completed() -> None:
+    rw = tracker()
+    stage = FakeStage()
+    posted: list[Work] = []
+
+    def post(ops: list[object], desc: str | None = None) -> list[Work]:
+        posted.extend(Work() for _ in ops)
+        return posted[-len(ops) :]
+
+    schedules = SimpleNamespace(_batch_p2p=post, _wait_batch_p2p=lambda ws: None)
+    watch_pipeline(rw, [stage], schedules)
+    works = schedules._batch_p2p(stage.get_fwd_send_ops(0))
+    stage.forward_one_chunk(1)  # sends not complete yet: still open
+    for w in works:
+        w.completed = True
+    stage.forward_one_chunk(2)  # now they are: the send ends here
+    schedules._wait_batch_p2p(works)  # the late wait adds nothing
+    got = [(r[1], r[6] - rw.clock.shift_ns, r[7]) for r in records(rw)]
+    assert [g[0] for g in got] == ["forward-compute", "forward-compute", "forward-send"]
+    assert got[2][1] + got[2][2] == got[1][1] + got[1][2] + 10  # one clock tick later
+
+
 def test_importing_the_hooks_loads_neither_numpy_nor_kafka_nor_torch() -> None:
     code = (
         "import sys, rankwatch.hooks, rankwatch.hooks.integrations;"
