@@ -1,6 +1,7 @@
 """Who a rank is: job, host, global rank and its (dp, pp, tp, cp) coordinates.
 
-Read from the usual ``torch.distributed`` launcher variables (``RANK``, ``WORLD_SIZE``)
+Either from the process groups the job built (:func:`identity_from_groups`), or read
+from the usual ``torch.distributed`` launcher variables (``RANK``, ``WORLD_SIZE``)
 plus rankwatch's own (``RANKWATCH_JOB``, ``RANKWATCH_DP_RANK`` ...); whatever the user
 passes explicitly wins. When only the sizes are known, the coordinates follow the
 Megatron order (tp fastest, then cp, then dp, then pp), which is how the workload in
@@ -13,6 +14,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,43 @@ def coordinates(
     dp = rank // (tp_size * cp_size) % dp_size
     pp = rank // (tp_size * cp_size * dp_size)
     return dp, pp, tp, cp
+
+
+def identity_from_groups(
+    dist: Any,
+    *,
+    job: str,
+    dp_group: Any = None,
+    pp_group: Any = None,
+    tp_group: Any = None,
+    cp_group: Any = None,
+    host: str = "",
+) -> Identity:
+    """An :class:`Identity` read from ``torch.distributed`` process groups.
+
+    ``dist`` is the ``torch.distributed`` module (passed in: the hooks never import
+    torch). A rank's coordinate along a dimension is its rank inside that dimension's
+    group; a missing group means size 1. The pipeline group's ranks are in stage order.
+    """
+
+    def coord(group: Any) -> tuple[int, int]:
+        if group is None:
+            return 0, 1
+        return int(dist.get_rank(group=group)), int(dist.get_world_size(group=group))
+
+    dp, dp_size = coord(dp_group)
+    pp, pp_size = coord(pp_group)
+    return Identity(
+        job=job,
+        host=host or socket.gethostname() or "host",
+        rank=int(dist.get_rank()),
+        dp_rank=dp,
+        pp_rank=pp,
+        tp_rank=coord(tp_group)[0],
+        cp_rank=coord(cp_group)[0],
+        dp_size=dp_size,
+        pp_size=pp_size,
+    )
 
 
 def identity_from_env(env: Mapping[str, str] | None = None, **given: object) -> Identity:

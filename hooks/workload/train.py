@@ -38,7 +38,7 @@ from torch.distributed.pipelining import (
 from torch.distributed.pipelining import schedules as pipelining_schedules
 
 from rankwatch.hooks.clock import Clock
-from rankwatch.hooks.identity import Identity, coordinates
+from rankwatch.hooks.identity import coordinates, identity_from_groups
 from rankwatch.hooks.integrations import LocalTimings, timed_batches, watch_pipeline
 from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.session import HooksConfig, init
@@ -135,14 +135,8 @@ class Rank:
         cfg = self.cfg
         if not cfg.hooks:
             return None
-        identity = Identity(
-            job=cfg.job,
-            host=os.uname().nodename,
-            rank=self.rank,
-            dp_rank=self.dp_rank,
-            pp_rank=self.pp_rank,
-            dp_size=cfg.dp,
-            pp_size=cfg.pp,
+        identity = identity_from_groups(
+            dist, job=cfg.job, dp_group=self.dp_group, pp_group=self.pp_group
         )
         hooks = HooksConfig(
             kafka=cfg.kafka,

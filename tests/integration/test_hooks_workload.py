@@ -102,7 +102,7 @@ def test_workload_publishes_valid_records_that_the_embedded_pipeline_analyses(
     prefix = make_topics(kafka_broker)
     cfg = WorkloadConfig(
         dp=2, pp=2, steps=6, microbatches=4, job="wl-kafka", kafka=kafka_broker,
-        topic_prefix=prefix, spool_dir=str(tmp_path / "spool"),
+        topic_prefix=prefix, spool_dir=str(tmp_path / "spool"), align_every=3,
     )  # fmt: skip
     result = run_job(cfg, tmp_path / "out")
     check_accounting(result)

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
 from rankwatch.hooks.clock import Clock, estimate_offset
-from rankwatch.hooks.identity import coordinates, identity_from_env
+from rankwatch.hooks.identity import coordinates, identity_from_env, identity_from_groups
 
 
 def test_offset_from_the_shortest_round_trip() -> None:
@@ -47,3 +50,18 @@ def test_identity_from_env_with_overrides() -> None:
     assert (ident.job, ident.host, ident.rank) == ("jj", "h9", 3)
     assert (ident.dp_rank, ident.pp_rank, ident.dp_size, ident.pp_size) == (1, 1, 2, 2)
     assert identity_from_env(env, dp_rank=0, job="x").dp_rank == 0
+
+
+def test_identity_from_process_groups() -> None:
+    ranks = {"dp": (1, 2), "pp": (3, 4), None: (7, 8)}
+
+    def rank_in(group: Any = None) -> int:
+        return ranks[group][0]
+
+    def size_of(group: Any = None) -> int:
+        return ranks[group][1]
+
+    dist = SimpleNamespace(get_rank=rank_in, get_world_size=size_of)
+    ident = identity_from_groups(dist, job="j", dp_group="dp", pp_group="pp", host="h")
+    assert (ident.rank, ident.dp_rank, ident.pp_rank, ident.tp_rank) == (7, 1, 3, 0)
+    assert (ident.dp_size, ident.pp_size) == (2, 4)
