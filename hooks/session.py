@@ -89,7 +89,8 @@ def _destination(
 ) -> tuple[Transport, Spool | None]:
     spool = None
     if config.spool_dir:
-        name = f"{identity.job}.rank{identity.rank}.{os.getpid()}.spool"
+        # no pid in the name: a restarted rank finds its predecessor's spool and resends it
+        name = f"{identity.job}.rank{identity.rank}.spool"
         spool = Spool(Path(config.spool_dir) / name, config.spool_max_bytes)
     if sink is not None:
         return SinkTransport(sink), spool

@@ -173,3 +173,22 @@ def test_disabled_hooks_record_nothing(enabled: bool) -> None:
     rw = RankWatch(IDENT, SinkTransport(wire.deliver), enabled=enabled)
     run_steps(rw, range(2))
     assert rw.close().put == 0 and wire.messages == []
+
+
+def test_a_restarted_rank_resends_its_predecessors_spool(tmp_path: Path) -> None:
+    from rankwatch import hooks
+
+    config = hooks.HooksConfig(spool_dir=str(tmp_path), publisher=PublisherConfig(heartbeat_s=60))
+    down, up = Wire(), Wire()
+    down.up = False
+    hooks.init(config, identity=IDENT, sink=down.deliver)
+    hooks.step_begin(0)
+    with hooks.op("optimizer"):
+        pass
+    hooks.step_end()
+    hooks.shutdown()  # the process dies with its records spooled
+    rw = hooks.init(config, identity=IDENT, sink=up.deliver)
+    assert rw is not None
+    stats = rw.close()
+    assert stats.resent == 1 and stats.in_spool == 0
+    assert [b.steps_done for b in up.batches()] == [((0, 1),)]
