@@ -51,3 +51,22 @@ def test_one_alert_per_episode_naming_host_and_metric() -> None:
     assert T0 + 200 * NS < fired <= T0 + (200 + 4 * 30 + 5) * NS
     faults = [r for o in outs for r in o.rows.get("machine_faults", [])]
     assert [r["resolved_at"] is None for r in faults] == [True, False]
+
+
+def test_a_burst_on_one_host_does_not_hide_a_later_fault() -> None:
+    """A rank catching up after a stall sends 30x its normal traffic for a few seconds;
+    a later, smaller drift of another host must still be found (the scale follows the
+    typical host, not the all-time maximum)."""
+    rng = np.random.default_rng(3)
+    monitor = JobMonitor("job", CONFIG)
+    alerts = []
+    for s in range(400):
+        for h in range(6):
+            tx = 1.3e5 + rng.normal(0, 1e3)
+            if h == 1 and 100 <= s < 104:
+                tx *= 30
+            if h == 4 and s >= 250:
+                tx = 7e3
+            monitor.add(f"host{h}", T0 + s * NS, {"net_tx_Bps": tx})
+        alerts += monitor.evaluate().alerts
+    assert [(a["state"], a["evidence"]["host"]) for a in alerts] == [("firing", "host4")]
