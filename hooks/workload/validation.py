@@ -97,6 +97,8 @@ def one_job(
         "simulated_clean_steps": baseline.slowdown,
         "simulated_over_clean": straggled.slowdown / baseline.slowdown,
         "replay_error": straggled.replay_error / float(straggled.base_S.min()),
+        "launch_slowdown": straggled.launch_slowdown,
+        "launch_slowdown_clean_steps": baseline.launch_slowdown,
         "top_worker": next(iter(straggled.workers())),
         "workers": straggled.workers(),
         "clean_step_s": statistics.median(times[s] for s in clean),
