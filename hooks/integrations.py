@@ -12,7 +12,8 @@ an iterable), so the hooks' import path stays standard library + orjson.
   would lie); every op type in the batch gets one record with the batch's times. A
   batch of sends alone ends at its wait or, when the schedule waits late (GPipe,
   interleaved), at the end of the first compute op after which its works report
-  completion, whichever comes first.
+  completion, or at the post of the next send of its type, whichever comes first
+  (the model runs each point-to-point type as one sequential stream).
 - :func:`watch_gc`: collector pauses through ``gc.callbacks`` (on the training thread).
 - :func:`timed_optimizer`, :func:`timed_call`: wrap a callable as one op.
 - :func:`timed_batches`: time the waits of a data iterator. The ops contract has no
@@ -124,6 +125,19 @@ def _poll_sends(watch: PipelineWatch) -> None:
     watch.sends[:] = still
 
 
+def _close_overlapped(watch: PipelineWatch, new: _Batch, t0: int) -> None:
+    """A send still open when the next send of its type is posted ends at that post.
+
+    The what-if model runs each point-to-point type as one sequential stream; schedules
+    that keep several sends in flight (GPipe, interleaved) would otherwise record sends
+    that overlap their successors, and the model would chain them end to start.
+    """
+    kinds = {o for o, _ in new.optypes}
+    for batch in watch.sends:
+        if not batch.done and kinds & {o for o, _ in batch.optypes}:
+            _close(watch.rw, batch, t0)
+
+
 def _completed(work: Any) -> bool:
     try:
         return bool(work.is_completed())
@@ -162,6 +176,7 @@ def _wrap_p2p(watch: PipelineWatch, schedules: Any) -> None:
             for w in works:
                 watch.batches[id(w)] = batch
             if all(o.endswith("send") for o in optypes):
+                _close_overlapped(watch, batch, t0)
                 watch.sends.append(batch)
         return works
 

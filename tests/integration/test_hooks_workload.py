@@ -170,3 +170,13 @@ def _wait_for_messages(bootstrap: str, topic: str, n: int, timeout_s: float = 12
         if len(consume(bootstrap, topic, idle_s=0.3)) >= n:
             return
     raise AssertionError(f"fewer than {n} messages on {topic} after {timeout_s} s")
+
+
+def test_interleaved_schedule_runs_and_its_steps_are_analysed(tmp_path: Path) -> None:
+    from rankwatch.commands.workload import run_embedded_workload
+
+    cfg = WorkloadConfig(dp=1, pp=2, schedule="interleaved", steps=4, microbatches=4, job="il")
+    run = run_embedded_workload(cfg, tmp_path)
+    assert [r["step"] for r in run.rows] == [0, 1, 2, 3]
+    assert all(not r["partial"] and r["t_sim"] is not None for r in run.rows)
+    assert set(run.trace.mc.tolist()) == {-1, 0, 1}  # two model chunks per rank

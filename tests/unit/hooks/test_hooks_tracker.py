@@ -199,6 +199,23 @@ def test_a_send_waited_late_ends_at_the_compute_after_which_it_completed() -> No
     assert got[2][1] + got[2][2] == got[1][1] + got[1][2] + 10  # one clock tick later
 
 
+def test_a_send_still_open_ends_when_the_next_send_of_its_type_is_posted() -> None:
+    rw = tracker()
+    stage = FakeStage()
+
+    def post(ops: list[object], desc: str | None = None) -> list[Work]:
+        return [Work() for _ in ops]  # never complete on their own
+
+    schedules = SimpleNamespace(_batch_p2p=post, _wait_batch_p2p=lambda ws: None)
+    watch_pipeline(rw, [stage], schedules)
+    first = schedules._batch_p2p(stage.get_fwd_send_ops(0))
+    second = schedules._batch_p2p(stage.get_fwd_send_ops(1))
+    schedules._wait_batch_p2p(first + second)
+    got = [(r[1], r[2], r[6] - rw.clock.shift_ns, r[7]) for r in records(rw)]
+    assert [g[:2] for g in got] == [("forward-send", 0), ("forward-send", 1)]
+    assert got[0][2] + got[0][3] == got[1][2]  # the first ends where the second starts
+
+
 def test_importing_the_hooks_loads_neither_numpy_nor_kafka_nor_torch() -> None:
     code = (
         "import sys, rankwatch.hooks, rankwatch.hooks.integrations;"
