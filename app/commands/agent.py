@@ -7,7 +7,8 @@ from typing import Any
 
 DESCRIPTION = """\
 Sample this machine's metrics once a second (CPU, memory, network, disk, ECN marks;
-GPUs through NVML when pynvml is installed) and publish them to <prefix>.metrics,
+RDMA throughput and CNP/ECN counters from sysfs; GPUs through NVML when pynvml is
+installed) and publish them to <prefix>.metrics,
 tagged with the job and host. With --pid, treat each given process as a machine
 (its CPU, run-queue wait, memory, faults, I/O and the network of its namespace)."""
 
@@ -41,9 +42,12 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(host name, samplers) per machine the agent speaks for."""
     from rankwatch.errors import UserError
     from rankwatch.hooks.agent import HostSampler, ProcessSampler
+    from rankwatch.hooks.agent.sampler import RdmaSampler
 
     if not args.pid:
         samplers: list[Any] = [HostSampler()]
+        if RdmaSampler().ports():
+            samplers.append(RdmaSampler())
         if not args.no_gpu:
             from rankwatch.hooks.agent.gpu import GpuSampler
 

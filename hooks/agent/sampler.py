@@ -142,3 +142,53 @@ class ProcessSampler(_Sampler):
             if src in rate:
                 out[dst] = rate[src] * scale
         return out
+
+
+RDMA_COUNTERS = {
+    # RoCE congestion control (mlx5 hw_counters): CNPs sent as notification point,
+    # CNPs handled as reaction point, ECN-marked RoCE packets received
+    "hw_counters/np_cnp_sent": "rdma_cnp_sent_ps",
+    "hw_counters/rp_cnp_handled": "rdma_cnp_handled_ps",
+    "hw_counters/np_ecn_marked_roce_packets": "rdma_ecn_marked_ps",
+    # port data counters are in units of 4 bytes
+    "counters/port_xmit_data": "rdma_tx_Bps",
+    "counters/port_rcv_data": "rdma_rx_Bps",
+}
+
+
+class RdmaSampler:
+    """RDMA NIC throughput and congestion counters from sysfs, summed over ports, where
+    the host has them (``/sys/class/infiniband/<dev>/ports/<n>/``). PFC pause counters
+    are only exposed through ethtool's ioctl, not read here."""
+
+    def __init__(self, root: str = "/sys/class/infiniband") -> None:
+        self.root = root
+        self.rates = Rates()
+
+    def ports(self) -> list[str]:
+        try:
+            devices = sorted(os.listdir(self.root))
+        except OSError:
+            return []
+        out = []
+        for dev in devices:
+            try:
+                out += [
+                    f"{self.root}/{dev}/ports/{p}"
+                    for p in sorted(os.listdir(f"{self.root}/{dev}/ports"))
+                ]
+            except OSError:
+                continue
+        return out
+
+    def sample(self, now_ns: int) -> dict[str, float]:
+        totals: dict[str, float] = {}
+        for port in self.ports():
+            for rel, name in RDMA_COUNTERS.items():
+                try:
+                    value = float(read_text(f"{port}/{rel}").strip())
+                except (OSError, ValueError):
+                    continue
+                scale = 4.0 if rel.startswith("counters/port_") else 1.0
+                totals[name] = totals.get(name, 0.0) + value * scale
+        return self.rates.update(now_ns, totals)

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import orjson
 import pytest
@@ -26,6 +27,7 @@ from rankwatch.hooks.agent import (
 from rankwatch.hooks.agent.gpu import GpuSampler
 from rankwatch.schemas.codec import decode
 
+NS_PER_S = 1_000_000_000
 STAT = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n"
 NET = """Inter-|   Receive |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes
@@ -224,3 +226,23 @@ def test_gpu_sampler_with_a_driver_that_refuses_some_calls() -> None:
     assert out["gpu1_temp_c"] == 61 and out["gpu0_sm_clock_mhz"] == 1410
     assert out["gpu0_pcie_tx_Bps"] == 10240 and "gpu0_power_w" not in out
     assert len(gpu.sample(1)) == len(out)
+
+
+def test_rdma_counters_from_a_sysfs_tree(tmp_path: Path) -> None:
+    from rankwatch.hooks.agent.sampler import RdmaSampler
+
+    def write(dev: str, port: int, rel: str, value: int) -> None:
+        path = tmp_path / dev / "ports" / str(port) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"{value}\n")
+
+    for dev in ("mlx5_0", "mlx5_1"):
+        write(dev, 1, "counters/port_xmit_data", 1000)
+        write(dev, 1, "hw_counters/np_cnp_sent", 5)
+    s = RdmaSampler(str(tmp_path))
+    assert s.sample(0) == {}
+    write("mlx5_0", 1, "counters/port_xmit_data", 1250)
+    write("mlx5_1", 1, "hw_counters/np_cnp_sent", 9)
+    out = s.sample(NS_PER_S)
+    assert out == {"rdma_tx_Bps": 1000.0, "rdma_cnp_sent_ps": 4.0}
+    assert RdmaSampler(str(tmp_path / "absent")).sample(0) == {}
