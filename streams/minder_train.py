@@ -123,23 +123,17 @@ def train_model(
 
 
 def load_group(directory: Path) -> Any:
-    """The ``omi-*.npz`` files of a directory as one :class:`Group` (normalised by the
-    train split's per-metric bounds, not clipped, so a test value beyond them stays)."""
-    from rankwatch.streams.minder.study import Group
+    """The ``omi-*.npz`` files of a directory (in server order) as one study group."""
+    from rankwatch.streams.minder.study import group_from_arrays
 
     files = sorted(directory.glob("omi-*.npz"), key=lambda p: (len(p.name), p.name))
     if not files:
         raise FileNotFoundError(f"no omi-*.npz in {directory}")
-    parts = [np.load(f, allow_pickle=False) for f in files]
-    train = np.stack([p["train"] for p in parts]).astype(np.float64)
-    test = np.stack([p["test"] for p in parts]).astype(np.float64)
-    labels = np.stack([p["test_label"] for p in parts]).astype(np.uint8)
-    low, high = train.min(axis=(0, 1)), train.max(axis=(0, 1))
-    span = np.where(high > low, high - low, 1.0)
-    metrics = tuple(f"m{k + 1}" for k in range(train.shape[2]))
-    return Group(metrics, (train - low) / span, (test - low) / span, labels), [
-        f.stem for f in files
-    ]
+    parts = []
+    for f in files:
+        with np.load(f, allow_pickle=False) as z:
+            parts.append((z["train"], z["test"], z["test_label"]))
+    return group_from_arrays(parts), [f.stem for f in files]
 
 
 def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from typing import Any
 
 DESCRIPTION = """\
 train:  train the per-metric LSTM-VAE denoisers on the train split of every omi-*.npz
-        in DIR and write the model (numpy arrays, thresholds from the train split).
+        in DIR and write the model (numpy arrays, thresholds from the train split,
+        metric priority from the test split's labelled windows when there are any).
 eval:   train, then detect on the test split with leave-one-server-out selection of
         the metric priority, threshold quantile and continuity; print precision,
         recall, F1 and detection delay of Minder, the Mahalanobis baseline and the
@@ -83,7 +84,10 @@ def _train(args: argparse.Namespace) -> int:
     import numpy as np
 
     from rankwatch.streams.minder import MinderConfig, calibrate_thresholds, metric_scores
+    from rankwatch.streams.minder.evaluation import window_labels
+    from rankwatch.streams.minder.priority import max_z_features, rank_metrics
     from rankwatch.streams.minder.serial import model_to_arrays
+    from rankwatch.streams.minder.similarity import window_starts
     from rankwatch.streams.minder_train import load_group, train_model
 
     cfg = _train_config(args)
@@ -92,6 +96,12 @@ def _train(args: argparse.Namespace) -> int:
     config = MinderConfig(window=cfg.window, stride=cfg.window // 2)
     scores = metric_scores(group.train_MTK, model, config)
     model = replace(model, thresholds=calibrate_thresholds(scores, group.metrics, args.quantile))
+    if group.label_MT.any():  # labelled windows: learn the metric priority from them
+        starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+        faulty = window_labels(group.label_MT, starts, config.window).any(axis=1)
+        order = rank_metrics(max_z_features(group.test_MTK, starts, config.window), faulty)
+        model = replace(model, priority=tuple(group.metrics[k] for k in order))
+        print(f"metric priority from the test split's labels: {', '.join(model.priority[:5])}")
     save: Any = np.savez  # numpy's stub types **arrays as the allow_pickle flag
     save(args.out, **model_to_arrays(model))
     print(f"trained {len(group.metrics)} denoisers on {len(names)} servers -> {args.out}")

@@ -64,7 +64,39 @@ def window_scores(
     x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
 ) -> F64:
     """Scores (N, M) of one metric's series over the given windows."""
-    out = np.empty((starts.size, x_MT.shape[0]))
+    m = x_MT.shape[0]
+    if m * m * starts.size <= BATCH_ELEMENTS:
+        return _batched_scores(x_MT, starts, window, floor)
+    out = np.empty((starts.size, m))
     for n, s in enumerate(starts):
         out[n] = normalised_scores(mean_distances(x_MT[:, s : s + window]), floor)
     return out
+
+
+BATCH_ELEMENTS = 4_000_000
+"""Small groups (ASD's six servers, thousands of windows) are scored all windows at
+once; large ones (1,000 machines) window by window, one Gram matrix at a time."""
+
+
+def _batched_scores(
+    x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
+) -> F64:
+    """The same arithmetic as :func:`mean_distances` and :func:`normalised_scores`,
+    over (N, M, W) at once."""
+    m = x_MT.shape[0]
+    if m < 2:
+        return np.zeros((starts.size, m))
+    w = np.asarray(x_MT)[:, starts[:, None] + np.arange(window)].transpose(1, 0, 2)
+    w = np.asarray(w - w.mean(axis=1, keepdims=True), dtype=np.float32)
+    sq = np.einsum("nmw,nmw->nm", w, w)
+    d2 = w @ w.transpose(0, 2, 1)
+    d2 *= -2.0 / window
+    d2 += sq[:, :, None] / window
+    d2 += sq[:, None, :] / window
+    np.maximum(d2, 0.0, out=d2)
+    np.sqrt(d2, out=d2)
+    d2[:, np.arange(m), np.arange(m)] = 0.0
+    d = d2.sum(axis=2, dtype=np.float64) / (m - 1)
+    med = np.median(d, axis=1, keepdims=True)
+    mad = np.median(np.abs(d - med), axis=1, keepdims=True)
+    return np.asarray((d - med) / (1.4826 * mad + floor))

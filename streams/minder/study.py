@@ -53,6 +53,18 @@ class Group:
     label_MT: NDArray[np.uint8]
 
 
+def group_from_arrays(parts: Sequence[tuple[NDArray, NDArray, NDArray]]) -> Group:
+    """Per server (train [T, K], test [T, K], test_label [T]) -> a group normalised by the
+    train split's per-metric bounds, not clipped: a test value beyond them stays."""
+    train = np.stack([p[0] for p in parts]).astype(np.float64)
+    test = np.stack([p[1] for p in parts]).astype(np.float64)
+    labels = np.stack([p[2] for p in parts]).astype(np.uint8)
+    low, high = train.min(axis=(0, 1)), train.max(axis=(0, 1))
+    span = np.where(high > low, high - low, 1.0)
+    metrics = tuple(f"m{k + 1}" for k in range(train.shape[2]))
+    return Group(metrics, (train - low) / span, (test - low) / span, labels)
+
+
 @dataclass(frozen=True)
 class Fold:
     server: int
