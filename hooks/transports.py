@@ -106,15 +106,15 @@ class KafkaTransport:
             self._loop = None
 
     async def _send(self, messages: Sequence[Message]) -> list[bool]:
-        futures = []
+        futures: list[Any] = []
         for m in messages:
             try:
-                futures.append(
-                    await self._producer.send(self.topics[m.kind], m.value, key=self.key)
-                )
-            except Exception as exc:
-                self.last_error = repr(exc)
-                futures.append(None)
+                topic = self.topics[m.kind]
+                futures.append(await self._producer.send(topic, m.value, key=self.key))
+            except Exception as exc:  # no metadata within the timeout: the broker is away,
+                self.last_error = repr(exc)  # so fail the rest now rather than one by one
+                futures += [None] * (len(messages) - len(futures))
+                break
         ok = []
         deadline = self.clock() + self.timeout_s * 2
         for fut in futures:
