@@ -2,7 +2,7 @@
 
 Run from the repo root (starts its own dev broker; takes a few minutes):
 
-    .venv/bin/python benchmarks/bench_stream.py [--trace SE] [--copies 10] [--rate 50000]
+    .venv/bin/python benchmarks/bench_stream.py [--trace SE|ST|GEN] [--copies 10] [--rate R]
 
 Cases:
 - ``core``: the worker's pipeline in-process, no Kafka and no store (decode, assemble,
@@ -39,12 +39,12 @@ from typing import Any
 
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim import analyse
+from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.alerts import StragglerAlerts
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.assembly import AssemblyConfig
 from rankwatch.streams.devbroker import DevBroker, create_topics
 from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.publish import publish
 from rankwatch.streams.replay import ReplayedBatch, replay_repeated
 from rankwatch.streams.testing import WorkerProcess, uncommitted
 from rankwatch.traceio import read_meta, read_trace
@@ -83,19 +83,22 @@ def core(batches: list[ReplayedBatch], trace: Any, meta: Any) -> dict[str, float
 def drain(
     broker: str, batches: list[ReplayedBatch], work: Path, name: str, **env: str
 ) -> dict[str, Any]:
-    """Pre-publish, then time one pinned worker draining the topic into chDB."""
+    """Time one pinned worker taking a replay into chDB: the worker joins an empty
+    topic, then the (pre-encoded) replay is sent as fast as the producer goes."""
     prefix = f"b{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.ops"
     asyncio.run(create_topics(broker, [topic], 1))
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
-    publish(broker, batches, topic=topic)
     records = sum(len(b.batch) for b in batches)
+    encoded = [(b.batch.job.encode(), encode_ops(b.batch)) for b in batches]
     worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / name}", work, name, **env))
     try:
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
         )
         t0, cpu0 = time.monotonic(), _cpu_s(worker.proc.pid)
+        asyncio.run(_send_all(broker, topic, encoded))
+        sent_s = time.monotonic() - t0
         while uncommitted(broker, f"{prefix}-workers", topic, 1) > 0:
             if time.monotonic() - t0 > 900:
                 raise RuntimeError(f"{name}: not drained in 900 s: {worker.status()}")
@@ -110,12 +113,28 @@ def drain(
         "records": records,
         "messages": len(batches),
         "steps": status.get("steps_analysed"),
+        "send_seconds": sent_s,
         "seconds": seconds,
         "records_per_s": records / seconds,
         "worker_cpu_s": cpu,
         "records_per_cpu_s": records / cpu,
         "peak_rss_mib": peak,
     }
+
+
+async def _send_all(broker: str, topic: str, encoded: list[tuple[bytes, bytes]]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=broker, linger_ms=5, acks="all", max_request_size=8 * 1024 * 1024
+    )
+    await producer.start()
+    try:
+        for key, value in encoded:
+            await producer.send(topic, value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
 
 
 def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) -> dict[str, Any]:
@@ -153,13 +172,14 @@ async def _paced(
     producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=2, acks="all")
     await producer.start()
     last: dict[int, float] = {}
+    encoded = [encode_ops(item.batch) for item in batches]  # not on the paced path
     try:
         t0, sent = time.monotonic(), 0
-        for item in batches:
+        for item, value in zip(batches, encoded, strict=True):
             ahead = sent / rate - (time.monotonic() - t0)
             if ahead > 0:
                 await asyncio.sleep(ahead)
-            await producer.send(topic, encode_ops(item.batch), key=item.batch.job.encode())
+            await producer.send(topic, value, key=item.batch.job.encode())
             sent += len(item.batch)
             for step, _ in item.batch.steps_done:
                 last[step] = time.time()  # overwritten until the step's last batch
@@ -213,7 +233,12 @@ def _vmhwm_mib(pid: int) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default="SE", choices=("SE", "ST"))
+    parser.add_argument(
+        "--trace",
+        default="SE",
+        choices=("SE", "ST", "GEN"),
+        help="a shipped trace, or GEN: generated DP 16 x PP 8, 32 microbatches, 8 steps",
+    )
     parser.add_argument("--copies", type=int, default=10)
     parser.add_argument("--rate", type=float, default=0.0, help="latency case (0: 70%% of 1x)")
     parser.add_argument("--json", action="store_true")
@@ -221,11 +246,16 @@ def main() -> int:
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
     )
     args = parser.parse_args()
-    if not DATA.is_dir():
+    if args.trace == "GEN":
+        trace, meta = generate_trace(
+            GenConfig(dp=16, pp=8, microbatches=32, steps=8, stragglers=(Straggler(1, 2, 1.4),))
+        )
+    elif DATA.is_dir():
+        trace = read_trace(DATA / f"trace-{args.trace}.parquet")
+        meta = read_meta(DATA / f"meta-{args.trace}.yaml")
+    else:
         print(f"skipped: {DATA} is absent")
         return 0
-    trace = read_trace(DATA / f"trace-{args.trace}.parquet")
-    meta = read_meta(DATA / f"meta-{args.trace}.yaml")
     one = list(replay_repeated(trace, meta, "bench", time.time_ns(), 1))
     many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies))
     results: dict[str, Any] = {"trace": args.trace, "core": core(one, trace, meta)}

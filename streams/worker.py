@@ -38,6 +38,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         consumer_max_fetch_size=settings.fetch_bytes,
+        stream_buffer_maxsize=settings.stream_buffer,
         stream_wait_empty=False,  # unacknowledged events wait for their steps, not rebalances
     )
     state = WorkerState(settings)

@@ -60,8 +60,11 @@ class WorkerSettings:
     max_buffered_rows: int = 200_000
     """Sink rows (op records included) buffered before a flush; consumption pauses while
     a full buffer cannot be stored."""
-    fetch_bytes: int = 16 * 1024 * 1024
-    """Per partition and fetch (faust's default, 1 MiB, is a few hundred batches)."""
+    fetch_bytes: int = 4 * 1024 * 1024
+    """Per partition and fetch (faust's default, 1 MiB, is a few hundred small batches)."""
+    stream_buffer: int = 1024
+    """Messages faust prefetches for the agent: with ``fetch_bytes`` what bounds the
+    memory a backlog takes (faust's default is 4,096)."""
     session_timeout_s: float = 30.0
     """Kafka group session: how long a dead worker's partitions wait before moving."""
     status_file: str | None = None

@@ -8,7 +8,7 @@ shared config file has a ``[worker]`` section):
   a straggler alert fires / resolves (defaults 1.10 / 1.05)
 - ``RANKWATCH_WINDOW``: steps in the rolling ideal window (default 20)
 - ``RANKWATCH_MAX_MESSAGE_BYTES``: larger op-batch messages are dead letters (8 MiB)
-- ``RANKWATCH_FETCH_BYTES``: bytes per partition and fetch (16 MiB)
+- ``RANKWATCH_FETCH_BYTES``: bytes per partition and fetch (4 MiB)
 - ``RANKWATCH_TICK_S``: seconds between stores of the buffer (and grace checks), 1
 - ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session timeout (default 30)
 - ``RANKWATCH_KEEP_OPS``: ``0`` to not store raw op records (windows are then not
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         window=int(_number(env, "RANKWATCH_WINDOW", 20)),
         keep_ops=env.get("RANKWATCH_KEEP_OPS", "1") != "0",
         max_message_bytes=int(_number(env, "RANKWATCH_MAX_MESSAGE_BYTES", 8 * 1024 * 1024)),
-        fetch_bytes=int(_number(env, "RANKWATCH_FETCH_BYTES", 16 * 1024 * 1024)),
+        fetch_bytes=int(_number(env, "RANKWATCH_FETCH_BYTES", 4 * 1024 * 1024)),
         tick_s=_number(env, "RANKWATCH_TICK_S", 1.0),
         session_timeout_s=_number(env, "RANKWATCH_SESSION_TIMEOUT_S", 30.0),
         status_file=args.status_file or env.get("RANKWATCH_STATUS_FILE") or None,
