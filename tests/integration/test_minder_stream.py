@@ -130,3 +130,18 @@ def test_worker_reports_the_faulty_machine_once(kafka_broker: str, tmp_path: Pat
     assert {r["job"] for r in scores} == {"healthy", "sick"}
     assert [r["c"] for r in scores if r["job"] == "healthy"] == [0]
     assert sorted(r["state"] for r in stored) == ["firing", "resolved"]
+
+
+def test_agent_command_publishes_to_the_prefixed_topic(kafka_broker: str) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.metrics"], 1))
+    env = {**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix}
+    cmd = [sys.executable, "-m", "rankwatch", "agent", "--job", "job-c", "--host", "n1"]
+    cmd += ["--kafka", kafka_broker, "--count", "3", "--interval", "0.3", "--no-gpu"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "3 sent, 0 dropped" in done.stderr
+    got = asyncio.run(
+        consume(kafka_broker, f"{prefix}.metrics", "metrics", lambda g: len(g) >= 3, 30)
+    )
+    assert [(m["job"], m["host"]) for m in got] == [("job-c", "n1")] * 3
