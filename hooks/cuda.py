@@ -1,7 +1,8 @@
 """GPU op timing with CUDA events, anchored to the host clock.
 
 The training thread only records two events per op (asynchronous, no sync);
-:meth:`CudaTimer.collect` (called at step end, never blocking) turns the events that
+:meth:`CudaTimer.collect` (a collector of the ``RankWatch``: called at each step end,
+never blocking) turns the events that
 completed into records: an event's host time is the anchor's host time plus the GPU
 time elapsed since the anchor event. The anchor is an event recorded on an idle
 device right after a synchronize, so it completes when the host reads its clock; it
@@ -54,6 +55,7 @@ class CudaTimer:
         self.pending: deque[tuple[_GpuOp, int, int, Any, Any]] = deque()
         self._open: list[tuple[_GpuOp, int, int, Any]] = []
         self.anchor()
+        rw.collectors.append(self.collect)
 
     def anchor(self) -> None:
         """Tie GPU time to the host clock (synchronises the device: call it rarely)."""

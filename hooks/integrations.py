@@ -15,7 +15,9 @@ an iterable), so the hooks' import path stays standard library + orjson.
   completion, or at the post of the next send of its type, whichever comes first
   (the model runs each point-to-point type as one sequential stream).
 - :func:`watch_gc`: collector pauses through ``gc.callbacks`` (on the training thread).
-- :func:`timed_optimizer`, :func:`timed_call`: wrap a callable as one op.
+- :func:`timed_comm_hook`: a DDP communication hook's collectives (per bucket).
+- :func:`timed_optimizer`, :func:`timed_call`: wrap a callable as one op (an explicit
+  data-parallel all-reduce, a synchronisation).
 - :func:`timed_batches`: time the waits of a data iterator. The ops contract has no
   op type for input waits, so they are summed locally (``LocalTimings``), not sent.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -194,6 +197,37 @@ def _wrap_p2p(watch: PipelineWatch, schedules: Any) -> None:
 
     _patch(watch, schedules, "_batch_p2p", batch_p2p)
     _patch(watch, schedules, "_wait_batch_p2p", wait_batch_p2p)
+
+
+def timed_comm_hook(
+    rw: RankWatch, hook: Callable[[Any, Any], Any], optype: str = "grads-reduce-scatter"
+) -> Callable[[Any, Any], Any]:
+    """Wrap a DDP communication hook (``ddp.register_comm_hook(state, timed)``): each
+    bucket's collective is one ``optype`` op, from the hook call to its future's
+    completion. The completion callback runs on the backend's thread, so it only
+    queues the times; the training thread emits them at step end (a collector).
+    """
+    done: deque[tuple[str, int, int, int, int]] = deque()
+
+    def emit_done() -> None:
+        while done:
+            name, seq, t0, t1, step = done.popleft()
+            rw.emit(name, seq, t0, t1, step=step)
+
+    rw.collectors.append(emit_done)
+
+    def timed(state: Any, bucket: Any) -> Any:
+        if not rw.enabled:
+            return hook(state, bucket)
+        seq, step, t0 = rw.next_seq(optype), rw.step, rw.clock.read()
+
+        def finished(fut: Any) -> Any:
+            done.append((optype, seq, t0, rw.clock.read(), step))
+            return fut.value()
+
+        return hook(state, bucket).then(finished)
+
+    return timed
 
 
 def watch_gc(rw: RankWatch) -> Callable[[], None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -116,6 +117,9 @@ class RankWatch:
         self._last_done: tuple[str, int, int, int] | None = None
         self._warned: set[str] = set()
         self._closed = False
+        self.collectors: list[Callable[[], object]] = []
+        """Called on the training thread at each step end, before the step is closed:
+        they emit ops timed elsewhere (CUDA events, communication futures)."""
         self.publisher = Publisher(
             identity,
             self.buffer,
@@ -192,6 +196,11 @@ class RankWatch:
         """The current step is finished on this rank: its records can leave."""
         if not self.enabled:
             return
+        for collect in self.collectors:
+            try:
+                collect()
+            except Exception as exc:  # never into training
+                self._warn(f"collector {collect!r} failed: {exc!r}")
         self.buffer.end_step(self.step)
         self.publisher.wake()
 

@@ -6,6 +6,7 @@ import gc
 import itertools
 import subprocess
 import sys
+import threading
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +18,7 @@ from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.integrations import (
     LocalTimings,
     timed_batches,
+    timed_comm_hook,
     timed_optimizer,
     watch_gc,
     watch_pipeline,
@@ -214,6 +216,55 @@ def test_a_send_still_open_ends_when_the_next_send_of_its_type_is_posted() -> No
     got = [(r[1], r[2], r[6] - rw.clock.shift_ns, r[7]) for r in records(rw)]
     assert [g[:2] for g in got] == [("forward-send", 0), ("forward-send", 1)]
     assert got[0][2] + got[0][3] == got[1][2]  # the first ends where the second starts
+
+
+class Future:
+    """Completes when ``finish`` is called, running its callbacks there (another thread
+    in DDP)."""
+
+    def __init__(self, value: object) -> None:
+        self._value = value
+        self.callbacks: list[Any] = []
+
+    def then(self, fn: Any) -> Future:
+        nxt = Future(None)
+        self.callbacks.append(lambda: setattr(nxt, "_value", fn(self)))
+        return nxt
+
+    def value(self) -> object:
+        return self._value
+
+    def finish(self) -> None:
+        for cb in self.callbacks:
+            cb()
+
+
+def test_ddp_comm_hook_buckets_are_timed_and_emitted_at_step_end() -> None:
+    rw = tracker()
+    futures: list[Future] = []
+
+    def allreduce(state: object, bucket: object) -> Future:
+        futures.append(Future(f"reduced {bucket}"))
+        return futures[-1]
+
+    timed = timed_comm_hook(rw, allreduce)
+    rw.step_begin(2)
+    outs = [timed(None, b) for b in ("b0", "b1")]
+
+    def finish_all() -> None:
+        for f in futures:
+            f.finish()
+
+    backend = threading.Thread(target=finish_all)
+    backend.start()
+    backend.join()
+    assert outs[0].value() == "reduced b0"
+    assert records(rw) == []  # queued, not yet emitted from the backend's thread
+    rw.step_end()
+    assert [(r[0], r[1], r[2]) for r in records(rw)] == [
+        (2, "grads-reduce-scatter", 0),
+        (2, "grads-reduce-scatter", 1),
+    ]
 
 
 def test_importing_the_hooks_loads_neither_numpy_nor_kafka_nor_torch() -> None:
