@@ -231,7 +231,14 @@ def timed_comm_hook(
 
 
 def watch_gc(rw: RankWatch) -> Callable[[], None]:
-    """Record collector pauses on the calling thread as ``gc`` ops; returns an undo."""
+    """Record collector pauses on the calling thread as ``gc`` ops; returns an undo.
+
+    The what-if model expects the same ops in every step, with ``gc`` after the last
+    compute (Megatron collects manually there). Automatic collections land anywhere
+    and not in every step: with them on, steps' op sets differ and the stream cannot
+    simulate them. Prefer ``gc.disable()`` plus a timed ``gc.collect`` per step (as
+    ``hooks/workload`` does), or use this only for diagnosis.
+    """
     thread = threading.get_ident()
     open_ops: list[Any] = []
 
