@@ -71,6 +71,7 @@ def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
     cgroup = CPU_CGROUP / f"rankwatch-minder-{tag}"
+    net = f"10.{200 + int(tag, 16) % 50}"  # two runs at once must not share subnets
     procs: list[subprocess.Popen[bytes]] = []
     made: list[int] = []
     try:
@@ -80,9 +81,9 @@ def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
             made.append(i)
             sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
             sh("ip", "link", "set", peer, "netns", ns)
-            sh("ip", "addr", "add", f"10.213.{i}.1/24", "dev", host)
+            sh("ip", "addr", "add", f"{net}.{i}.1/24", "dev", host)
             sh("ip", "link", "set", host, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"10.213.{i}.2/24", "dev", peer)
+            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.{i}.2/24", "dev", peer)
             sh("ip", "netns", "exec", ns, "ip", "link", "set", peer, "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
         cgroup.mkdir()
@@ -90,7 +91,7 @@ def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
         (cgroup / "cpu.cfs_quota_us").write_text("1000")
         for i in range(RANKS):
             cmd = ["ip", "netns", "exec", f"rw{tag}{i}", sys.executable, str(RANK)]
-            procs.append(subprocess.Popen([*cmd, f"10.213.{i}.1", str(port)]))
+            procs.append(subprocess.Popen([*cmd, f"{net}.{i}.1", str(port)]))
         yield procs, cgroup
     finally:
         for p in procs:
