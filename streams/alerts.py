@@ -62,6 +62,9 @@ class Alert:
 class _JobAlerts:
     slowdowns: SlowdownWindow
     episode: str | None = None
+    last_top: tuple[int, tuple[str, str, float]] | None = None
+    """(step, top attribution) of the latest step that had one: the evidence when the
+    step that tips the rolling S was itself below the attribution threshold."""
 
 
 @dataclass
@@ -93,6 +96,9 @@ class StragglerAlerts:
         """Take one analysed step; return the alert it fires or resolves, if any."""
         state = self._job(job)
         state.slowdowns.put(step, slowdown)
+        if top is not None:
+            state.last_top = (step, top)
+        top_step, top = state.last_top if state.last_top is not None else (step, None)
         rolling, n = state.slowdowns.rolling(step)
         cfg = self.config
         evidence: dict[str, Any] = {
@@ -104,6 +110,7 @@ class StragglerAlerts:
         }
         if top is not None:
             evidence["top_attribution"] = {"dimension": top[0], "group": top[1], "slowdown": top[2]}
+            evidence["top_attribution_step"] = top_step
         if state.episode is None and n >= cfg.min_steps and rolling >= cfg.fire_at:
             state.episode = f"straggler:{job}:{step}"
             severity = "critical" if rolling >= cfg.critical_at else "warning"

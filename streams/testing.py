@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.schemas.codec import encode_ops
+from rankwatch.streams.alerts import StragglerAlerts
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.assembly import AssemblyConfig
 from rankwatch.streams.health import read_status
@@ -134,18 +135,29 @@ def wait_committed(
     raise AssertionError(f"{left} messages of {topic} still uncommitted by {group}")
 
 
-def reference_rows(
+def reference_run(
     batches: Iterable[ReplayedBatch], window: int = 20, assembly: AssemblyConfig | None = None
-) -> dict[tuple[str, int], dict[str, Any]]:
-    """Step rows of an uninterrupted in-process run, by (job, step)."""
+) -> Output:
+    """Everything an uninterrupted in-process run produces (worker defaults: rolling
+    window, straggler alerts)."""
     pipeline = Pipeline(
-        assembly=assembly or AssemblyConfig(grace_s=1e9), analyser=WhatIfAnalyser(window=window)
+        assembly=assembly or AssemblyConfig(grace_s=1e9),
+        analyser=WhatIfAnalyser(window=window),
+        alerts=StragglerAlerts(),
     )
     out = Output()
     source = Source(topic="ops")
     for item in batches:
         out.extend(pipeline.on_message(encode_ops(item.batch), source, item.sent_ns))
     out.extend(pipeline.flush(0))
+    return out
+
+
+def reference_rows(
+    batches: Iterable[ReplayedBatch], window: int = 20, assembly: AssemblyConfig | None = None
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Step rows of an uninterrupted in-process run, by (job, step)."""
+    out = reference_run(batches, window, assembly)
     return {(r["job"], r["step"]): r for r in out.rows.get("steps", [])}
 
 

@@ -22,6 +22,7 @@ from rankwatch.streams.testing import (
     STEP_FIELDS,
     WorkerProcess,
     reference_rows,
+    reference_run,
     uncommitted,
     wait_committed,
 )
@@ -39,6 +40,8 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     trace, meta = read_trace(DATA / "trace-ST.parquet"), read_meta(DATA / "meta-ST.yaml")
     batches = list(replay_batches(trace, meta, "job-st", origin_ns=time.time_ns()))
     expected = reference_rows(batches)
+    alerts = [(a["alert_id"], a["state"]) for a in reference_run(batches).rows.get("alerts", [])]
+    assert alerts, "trace ST's straggler fires an alert"
     prefix = f"k{uuid.uuid4().hex[:10]}"
     topic, group = f"{prefix}.ops", f"{prefix}-workers"
     asyncio.run(create_topics(kafka_broker, [topic], 4))
@@ -66,9 +69,11 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
 
     with Store.connect(dsn) as store:
         rows = store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY step")
+        stored_alerts = store.query("SELECT alert_id, state FROM alerts FINAL ORDER BY time")
     assert len(rows) == len(expected) == 32  # no duplicates, even unmerged
     for row in rows:
         want = expected[(row["job"], row["step"])]
         assert row["partial"] == 0 and row["t_sim"] is not None
         for name in STEP_FIELDS[1:]:
             assert row[name] == pytest.approx(want[name], rel=1e-12, abs=1e-12), (row, want)
+    assert [(a["alert_id"], a["state"]) for a in stored_alerts] == alerts  # one per episode

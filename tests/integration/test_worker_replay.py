@@ -55,7 +55,9 @@ def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess
         )
 
 
-async def collect_steps(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[dict]:
+async def collect_steps(
+    bootstrap: str, topic: str, want: int, timeout_s: float, kind: str = "steps"
+) -> list[dict]:
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
@@ -68,7 +70,7 @@ async def collect_steps(bootstrap: str, topic: str, want: int, timeout_s: float)
         while len(got) < want and time.monotonic() < deadline:
             batches = await consumer.getmany(timeout_ms=500)
             for records in batches.values():
-                got += [decode("steps", r.value) for r in records]
+                got += [decode(kind, r.value) for r in records]
     finally:
         await consumer.stop()
     return got
@@ -94,6 +96,7 @@ def test_trace_st_lands_once_per_step_with_its_step_time(
         )
         assert sent == 32 * 8  # one batch per rank and step
         announced = asyncio.run(collect_steps(kafka_broker, f"{prefix}.steps", 32, 120))
+        alerts = asyncio.run(collect_steps(kafka_broker, f"{prefix}.alerts", 1, 30, "alerts"))
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -110,3 +113,11 @@ def test_trace_st_lands_once_per_step_with_its_step_time(
         assert row["partial"] == 0
         assert row["t_sim"] is not None
     assert {m["step"] for m in announced} == {r["step"] for r in rows}
+    # the straggler of trace ST: one firing alert, its top attribution as evidence
+    assert [(a["kind"], a["state"]) for a in alerts] == [("straggler", "firing")]
+    assert alerts[0]["evidence"]["top_attribution"]["dimension"] in (
+        "worker",
+        "stage",
+        "dp_rank",
+        "optype",
+    )
