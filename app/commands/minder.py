@@ -98,7 +98,7 @@ def _train(args: argparse.Namespace) -> int:
     model = replace(model, thresholds=calibrate_thresholds(scores, group.metrics, args.quantile))
     if group.label_MT.any():  # labelled windows: learn the metric priority from them
         starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
-        faulty = window_labels(group.label_MT, starts, config.window).any(axis=1)
+        faulty = np.asarray(window_labels(group.label_MT, starts, config.window).any(axis=1))
         order = rank_metrics(max_z_features(group.test_MTK, starts, config.window), faulty)
         model = replace(model, priority=tuple(group.metrics[k] for k in order))
         print(f"metric priority from the test split's labels: {', '.join(model.priority[:5])}")
