@@ -169,7 +169,9 @@ async def _paced(
     """Send at ``rate`` records/s; the wall time each step's last batch was acked."""
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=2, acks="all")
+    producer = AIOKafkaProducer(
+        bootstrap_servers=broker, linger_ms=2, acks="all", max_batch_size=1024 * 1024
+    )
     await producer.start()
     last: dict[int, float] = {}
     encoded = [encode_ops(item.batch) for item in batches]  # not on the paced path

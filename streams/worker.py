@@ -81,9 +81,11 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
+        _shorten_fetch_wait(app, settings.fetch_wait_ms)
         state.on_tick()
         await settle()
         snapshot = state.snapshot()
+        state.input_lag_s = state.flush_s = 0.0
         snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in _assignment(app))
         log.info("counters %s", orjson.dumps(snapshot).decode())
         if settings.status_file:
@@ -96,6 +98,24 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     return app, state
+
+
+def _shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
+    """Set the aiokafka fetcher's max wait, which faust hard-codes (1,500 ms).
+
+    Reaches into faust's consumer thread and aiokafka's fetcher (private attributes,
+    checked at every tick so a re-created consumer gets it too); logs once and leaves
+    the default when those are not there (another faust or aiokafka version)."""
+    try:
+        fetcher = app.consumer._thread._consumer._fetcher  # type: ignore[attr-defined]
+    except AttributeError:
+        fetcher = None
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        if not getattr(app, "_rankwatch_fetch_warned", False):
+            log.info("cannot set the fetch max wait (faust/aiokafka internals changed?)")
+            app._rankwatch_fetch_warned = True  # type: ignore[attr-defined]
+        return
+    fetcher._fetch_max_wait_ms = wait_ms
 
 
 def _assignment(app: faust.App) -> set[Any]:

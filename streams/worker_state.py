@@ -65,6 +65,10 @@ class WorkerSettings:
     stream_buffer: int = 1024
     """Messages faust prefetches for the agent: with ``fetch_bytes`` what bounds the
     memory a backlog takes (faust's default is 4,096)."""
+    fetch_wait_ms: int = 50
+    """How long the broker may hold a fetch with nothing new. faust fixes it at 1,500 ms,
+    and a caught-up worker then gets its partition's new messages only when a fetch for
+    its other (idle) partitions returns: up to 1.5 s of latency for nothing."""
     session_timeout_s: float = 30.0
     """Kafka group session: how long a dead worker's partitions wait before moving."""
     status_file: str | None = None
@@ -108,6 +112,11 @@ class WorkerState:
         self.oldest_unstored: float | None = None
         """Monotonic time of the oldest row not yet stored (sink lag)."""
         self.last_error: str | None = None
+        self.input_lag_s = 0.0
+        self.flush_s = 0.0
+        """Longest store of the buffer since the last snapshot."""
+        """Largest age (broker timestamp to processing) of a message since the last
+        snapshot: how far behind the input the worker is."""
 
     # -- the store ---------------------------------------------------------------------
 
@@ -188,6 +197,8 @@ class WorkerState:
         ``token`` is acknowledged once what it fed is stored."""
         self.counters.messages_in += 1
         now_ns = time.time_ns()
+        if source.timestamp_ns is not None:
+            self.input_lag_s = max(self.input_lag_s, (now_ns - source.timestamp_ns) / 1e9)
         if batch is None:
             out = self.pipeline.on_message(value, source, now_ns)
         else:
@@ -223,7 +234,9 @@ class WorkerState:
                 return []
             try:
                 self._store()
+                started = time.monotonic()
                 self.sink.flush()
+                self.flush_s = max(self.flush_s, time.monotonic() - started)
                 break
             except StoreError as exc:
                 if exc.transient or self.sink.failed_table is None:
@@ -273,6 +286,8 @@ class WorkerState:
             "store_connected": self.sink.store is not None,
             "store_retry_in_s": round(self.retry_in(), 3),
             "sink_lag_s": round(self.sink_lag_s(), 3),
+            "input_lag_s": round(self.input_lag_s, 3),
+            "flush_s": round(self.flush_s, 3),
             "acks_waiting": self.acks.waiting,
             "acks_settled": self.acks.settled,
             "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),

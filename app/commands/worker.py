@@ -9,6 +9,7 @@ shared config file has a ``[worker]`` section):
 - ``RANKWATCH_WINDOW``: steps in the rolling ideal window (default 20)
 - ``RANKWATCH_MAX_MESSAGE_BYTES``: larger op-batch messages are dead letters (8 MiB)
 - ``RANKWATCH_FETCH_BYTES``: bytes per partition and fetch (4 MiB)
+- ``RANKWATCH_FETCH_WAIT_MS``: longest a fetch waits at the broker for new data (50)
 - ``RANKWATCH_TICK_S``: seconds between stores of the buffer (and grace checks), 1
 - ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session timeout (default 30)
 - ``RANKWATCH_KEEP_OPS``: ``0`` to not store raw op records (windows are then not
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         keep_ops=env.get("RANKWATCH_KEEP_OPS", "1") != "0",
         max_message_bytes=int(_number(env, "RANKWATCH_MAX_MESSAGE_BYTES", 8 * 1024 * 1024)),
         fetch_bytes=int(_number(env, "RANKWATCH_FETCH_BYTES", 4 * 1024 * 1024)),
+        fetch_wait_ms=int(_number(env, "RANKWATCH_FETCH_WAIT_MS", 50)),
         tick_s=_number(env, "RANKWATCH_TICK_S", 1.0),
         session_timeout_s=_number(env, "RANKWATCH_SESSION_TIMEOUT_S", 30.0),
         status_file=args.status_file or env.get("RANKWATCH_STATUS_FILE") or None,
