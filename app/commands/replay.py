@@ -26,11 +26,13 @@ def run(args: argparse.Namespace) -> int:
 
     trace, meta = read_trace(args.trace), read_meta(args.meta)
     batches = replay_batches(trace, meta, args.job, origin_ns=time.time_ns())
+    config = load_config()
     if args.kafka:
         from rankwatch.streams.publish import publish
 
-        sent = publish(args.kafka, batches)
-        print(f"sent {sent} op batches ({len(trace)} ops) of job {args.job} to {args.kafka}")
+        topic = f"{config.kafka.topic_prefix}.ops"  # RANKWATCH_TOPIC_PREFIX, as the worker
+        sent = publish(args.kafka, batches, topic=topic)
+        print(f"sent {sent} op batches ({len(trace)} ops) of job {args.job} to {topic}")
         return 0
 
     from rankwatch.streams.analyser import WhatIfAnalyser
@@ -39,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
     from rankwatch.streams.sink import TableSink
     from rankwatch.streams.store import Store
 
-    config = load_config()
     dsn = args.clickhouse or config.clickhouse.dsn
     with Store.connect(dsn, database=config.clickhouse.database or None) as store:
         store.migrate()
