@@ -6,7 +6,8 @@ of records this rank sent for it). A step that runs long is flushed every
 ``flush_interval_s`` or every ``max_batch`` records, always holding its last record
 back so the step's closing message is never empty. Failed messages go to the spool
 (when configured) or are dropped and counted; the spool is resent while the transport
-works. Heartbeats go out every ``heartbeat_s``.
+works. Heartbeats go out every ``heartbeat_s``; the watchdog (``watchdog.py``), when
+given, is asked each round whether the op in flight is stuck and its stack dump sent.
 
 Every record put is accounted for in :class:`PublisherStats`:
 ``put = dropped_buffer + sent + resent + in_spool + dropped_send + pending``.
@@ -49,6 +50,8 @@ class PublisherStats:
     send_failures: int = 0
     heartbeats_sent: int = 0
     heartbeats_dropped: int = 0
+    stacks_sent: int = 0
+    stacks_dropped: int = 0
     errors: int = 0
     """Exceptions caught in the publisher loop (it keeps going)."""
 
@@ -77,6 +80,7 @@ class Publisher:
         config: PublisherConfig | None = None,
         spool: Spool | None = None,
         heartbeat: Callable[[bool], bytes] | None = None,
+        watchdog: Callable[[], bytes | None] | None = None,
     ) -> None:
         self.identity = identity
         self.buffer = buffer
@@ -85,6 +89,7 @@ class Publisher:
         self.config = config or PublisherConfig()
         self.spool = spool
         self.heartbeat = heartbeat
+        self.watchdog = watchdog
         self.stats = PublisherStats()
         self._pending: dict[int, list[tuple]] = {}  # step -> records not yet sent
         self._counts: dict[int, int] = {}  # step -> records of it handed to messages
@@ -150,11 +155,16 @@ class Publisher:
                     self.stats.errors += 1
 
     def step_once(self, now: float) -> None:
-        """One round: flush, heartbeat when due, resend the spool when due."""
+        """One round: flush, heartbeat when due, stacks when the watchdog says, resend
+        the spool when due."""
         self._flush(final=False, now=now)
         if self.heartbeat is not None and now >= self._next_heartbeat:
             self._next_heartbeat = now + self.config.heartbeat_s
             self._send_heartbeat()
+        if self.watchdog is not None:
+            dump = self.watchdog()
+            if dump is not None:
+                self._send_stacks(dump)
         if self.spool is not None and self.spool.size and now >= self._next_resend:
             self._next_resend = now + self.config.resend_interval_s
             self._resend()
@@ -241,6 +251,13 @@ class Publisher:
             self.stats.heartbeats_sent += 1
         else:
             self.stats.heartbeats_dropped += 1
+
+    def _send_stacks(self, value: bytes) -> None:
+        """A stack dump is sent once, never spooled: it is only useful while the hang is."""
+        if self._send([Message("stacks", value, 0)])[0]:
+            self.stats.stacks_sent += 1
+        else:
+            self.stats.stacks_dropped += 1
 
     def _resend(self) -> None:
         if self.spool is None or not self.spool.size:

@@ -6,6 +6,11 @@ code can be instrumented unconditionally — the global off switch.
 Where records go, first match wins: ``sink`` (a callable, the embedded mode), Kafka
 (``kafka=`` or ``RANKWATCH_KAFKA``; failed messages spooled under ``spool_dir`` when
 given), else a spool file only (``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``).
+
+``RANKWATCH_HEARTBEAT_S`` and ``RANKWATCH_WATCHDOG_S`` (seconds an op may stay in
+flight before the watchdog dumps the stacks; 0: off), when set, override what the
+program passed to ``init``: the operator tunes hang detection without editing the
+training script.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.tracker import NOOP, RankWatch
 from rankwatch.hooks.transports import KafkaTransport, SinkTransport, SpoolTransport, Transport
+from rankwatch.hooks.watchdog import WatchdogConfig
 from rankwatch.schemas.topics import TOPICS
 
 OFF_VALUES = frozenset({"0", "off", "false", "no"})
@@ -39,6 +45,7 @@ class HooksConfig:
     capacity: int = 100_000
     """Records the buffer holds before dropping the oldest."""
     publisher: PublisherConfig = field(default_factory=PublisherConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> HooksConfig:
@@ -50,7 +57,18 @@ class HooksConfig:
             "spool_dir": env.get("RANKWATCH_HOOKS_SPOOL", ""),
         }
         values.update({k: v for k, v in given.items() if v is not None})
-        return cls(**values)
+        return with_env_overrides(cls(**values), env)
+
+
+def with_env_overrides(config: HooksConfig, env: Mapping[str, str] | None = None) -> HooksConfig:
+    """``config`` with the heartbeat period and watchdog threshold the environment sets."""
+    env = os.environ if env is None else env
+    beat, watch = env.get("RANKWATCH_HEARTBEAT_S"), env.get("RANKWATCH_WATCHDOG_S")
+    if beat:
+        config = replace(config, publisher=replace(config.publisher, heartbeat_s=float(beat)))
+    if watch:
+        config = replace(config, watchdog=replace(config.watchdog, threshold_s=float(watch)))
+    return config
 
 
 _current: RankWatch | None = None
@@ -64,7 +82,7 @@ def init(
 ) -> RankWatch | None:
     """Start this rank's hooks (replacing any earlier ones); None when switched off."""
     global _current
-    config = config or HooksConfig.from_env()
+    config = with_env_overrides(config or HooksConfig.from_env())
     if _current is not None:
         _current.close()
         _current = None
@@ -79,6 +97,7 @@ def init(
         capacity=config.capacity,
         publisher=config.publisher,
         spool=spool,
+        watchdog=config.watchdog,
     )
     atexit.register(_current.close)
     return _current

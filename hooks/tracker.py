@@ -15,6 +15,11 @@ encoding and the network are the publisher thread's. seq_id counts the ops of on
 optype in this step in start order. Op times are the aligned clock (see ``clock.py``).
 A misuse (an unknown op type) is warned about once and ignored rather than raised
 into training.
+
+Communication timed elsewhere (p2p posted and waited for by the pipeline schedule,
+DDP buckets) is *posted* with :meth:`RankWatch.next_seq` and finished with
+:meth:`RankWatch.emit`; between the two it counts as in flight, so a rank blocked in a
+p2p wait reports that op in its heartbeats and its watchdog sees it stuck.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from rankwatch.hooks.publisher import Publisher, PublisherConfig, PublisherStats
 from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, encode_heartbeat
 from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.transports import Transport
-from rankwatch.schemas.optypes import COMPUTE
+from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig
+from rankwatch.schemas.optypes import COMMUNICATING, COMPUTE
 
 
 class _Op:
@@ -104,6 +110,7 @@ class RankWatch:
         spool: Spool | None = None,
         enabled: bool = True,
         start: bool = True,
+        watchdog: WatchdogConfig | None = None,
     ) -> None:
         self.identity = identity
         self.enabled = enabled
@@ -115,11 +122,22 @@ class RankWatch:
         self._seq: dict[str, int] = {}
         self._in_flight: tuple[str, int, int, int] | None = None
         self._last_done: tuple[str, int, int, int] | None = None
+        self._posted: dict[tuple[int, str, int], tuple[str, int, int, int]] = {}
+        """(step, optype, seq) -> in-flight tuple of communication posted, not yet emitted."""
         self._warned: set[str] = set()
         self._closed = False
         self.collectors: list[Callable[[], object]] = []
         """Called on the training thread at each step end, before the step is closed:
         they emit ops timed elsewhere (CUDA events, communication futures)."""
+        self.watchdog = Watchdog(
+            identity,
+            in_flight=self.in_flight,
+            step=lambda: self.step,
+            read=self._read,
+            now_ns=self.clock.now_ns,
+            config=watchdog,
+        )
+        """Dumps the stacks from the publisher thread when the op in flight is stuck."""
         self.publisher = Publisher(
             identity,
             self.buffer,
@@ -128,6 +146,7 @@ class RankWatch:
             config=publisher,
             spool=spool,
             heartbeat=self._heartbeat,
+            watchdog=self.watchdog.check,
         )
         if start and enabled:
             self.publisher.start()
@@ -165,6 +184,8 @@ class RankWatch:
         reserve at the op's start, ``emit`` at its end)."""
         seq = self._seq.get(optype, 0)
         self._seq[optype] = seq + 1
+        if optype in COMMUNICATING:
+            self._posted[(self.step, optype, seq)] = (optype, seq, -1, self._read())
         return seq
 
     def emit(
@@ -182,6 +203,7 @@ class RankWatch:
         if not self.enabled:
             return
         step = self.step if step is None else step
+        self._posted.pop((step, optype, seq), None)
         self.buffer.put((step, optype, seq, mb, chunk, gmc, self.clock.to_wall(t0), t1 - t0))
         self._last_done = (optype, seq, step, t1)
 
@@ -191,6 +213,9 @@ class RankWatch:
         """Ops from now on belong to ``step`` (seq_ids start again at 0)."""
         self.step = step
         self._seq = {}
+        if self._posted:  # posted two steps ago and never finished: lost, forget them
+            for key in [k for k in self._posted if k[0] < step - 1]:
+                del self._posted[key]
 
     def step_end(self) -> None:
         """The current step is finished on this rank: its records can leave."""
@@ -233,8 +258,17 @@ class RankWatch:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _heartbeat(self, finished: bool = False) -> bytes:
+    def in_flight(self) -> tuple[str, int, int, int] | None:
+        """The op the training thread is in, else the latest communication posted and not
+        finished (what a blocked p2p wait waits for). Safe from another thread."""
         flight = self._in_flight
+        if flight is not None or not self._posted:
+            return flight
+        posted = tuple(self._posted.values())  # one C-level copy: no concurrent-change error
+        return max(posted, key=lambda f: f[3]) if posted else None
+
+    def _heartbeat(self, finished: bool = False) -> bytes:
+        flight = self.in_flight()
         done = self._last_done
         to_wall = self.clock.to_wall
         return encode_heartbeat(

@@ -1,0 +1,183 @@
+"""The local watchdog: dump every thread's stack once the rank's own op is stuck.
+
+When a job hangs, the stream can name the rank that stopped first, but a person also
+needs *where* each rank sits. The training thread is the one stuck, so the dump is
+taken from the publisher's background thread: :meth:`Watchdog.check` runs in each
+publisher round (every ``flush_interval_s``), reads the op in flight that the tracker
+already keeps for its heartbeats (nothing is added on the hot path), and when that op
+has been in flight longer than ``threshold_s`` returns one ``stacks`` message (schema
+``stacks.v1``), once per stuck op. Python frames come from ``sys._current_frames()``;
+native frames are added from ``py-spy dump`` when that executable is on PATH (never
+required). Frames are listed outermost first. Nothing here raises into the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import orjson
+
+from rankwatch.hooks.identity import Identity
+
+STACKS_VERSION = 1
+MAX_THREADS = 4096
+MAX_FRAMES = 2048
+"""The schema's limits; deeper stacks keep their innermost frames (where it waits)."""
+
+InFlightTuple = tuple[str, int, int, int]
+"""The tracker's op in flight: (optype, seq_id, mb_id, start as ``clock.read()``)."""
+
+
+@dataclass(frozen=True)
+class WatchdogConfig:
+    threshold_s: float = 60.0
+    """Dump once the rank's own op has been in flight this long; 0 switches it off."""
+    py_spy: bool = True
+    """Add native frames with ``py-spy dump`` when the executable is on PATH."""
+    py_spy_timeout_s: float = 10.0
+
+
+class Watchdog:
+    """Decides when to dump and builds the message; the publisher thread sends it."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        in_flight: Callable[[], InFlightTuple | None],
+        step: Callable[[], int],
+        read: Callable[[], int],
+        now_ns: Callable[[], int],
+        config: WatchdogConfig | None = None,
+    ) -> None:
+        self.identity = identity
+        self.in_flight = in_flight
+        self.step = step
+        self.read = read
+        self.now_ns = now_ns
+        self.config = config or WatchdogConfig()
+        self._dumped: tuple[int, InFlightTuple] | None = None
+        self.dumps = 0
+        self.errors = 0
+
+    def check(self) -> bytes | None:
+        """A ``stacks`` message when the op in flight just passed the threshold, else None."""
+        limit = self.config.threshold_s
+        flight = self.in_flight()
+        if limit <= 0 or flight is None:
+            return None
+        stuck_s = (self.read() - flight[3]) / 1e9
+        key = (self.step(), flight)
+        if stuck_s < limit or key == self._dumped:
+            return None
+        self._dumped = key
+        try:
+            optype, seq, mb, _ = flight
+            reason = (
+                f"{optype}_{seq} (microbatch {mb}) of step {key[0]} in flight for "
+                f"{stuck_s:.1f} s (watchdog threshold {limit:g} s)"
+            )
+            message = self.message(reason)
+        except Exception:
+            self.errors += 1
+            return None
+        self.dumps += 1
+        return message
+
+    def message(self, reason: str) -> bytes:
+        threads = python_threads()
+        if self.config.py_spy:
+            threads += native_threads(os.getpid(), self.config.py_spy_timeout_s)
+        return encode_stacks(self.identity, self.now_ns(), reason, threads[:MAX_THREADS])
+
+
+def encode_stacks(
+    identity: Identity, sent_ns: int, reason: str, threads: list[dict[str, Any]]
+) -> bytes:
+    """One ``stacks`` v1 message."""
+    return orjson.dumps(
+        {
+            "schema": "stacks",
+            "version": STACKS_VERSION,
+            "job": identity.job,
+            "host": identity.host,
+            "rank": identity.rank,
+            "sent_ns": sent_ns,
+            "reason": reason[:1024],
+            "threads": threads,
+        }
+    )
+
+
+def python_threads() -> list[dict[str, Any]]:
+    """Every Python thread's frames, outermost first."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        out.append(
+            {
+                "name": names.get(ident, f"thread-{ident}")[:256],
+                "thread_id": ident,
+                "native": False,
+                "frames": _frames(frame),
+            }
+        )
+    return out
+
+
+def _frames(frame: FrameType | None) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+    while frame is not None and len(frames) < MAX_FRAMES:
+        code = frame.f_code
+        frames.append(
+            {
+                "file": code.co_filename[:4096],
+                "line": max(frame.f_lineno or 0, 0),
+                "function": code.co_name[:1024],
+            }
+        )
+        frame = frame.f_back
+    frames.reverse()
+    return frames
+
+
+def native_threads(pid: int, timeout_s: float) -> list[dict[str, Any]]:
+    """Native frames of every thread from ``py-spy dump --native --json``; [] when py-spy
+    is absent, not permitted to attach, or says something unexpected."""
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return []
+    cmd = [exe, "dump", "--native", "--json", "--pid", str(pid)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
+        if done.returncode != 0:
+            return []
+        return [_native_thread(t) for t in orjson.loads(done.stdout)]
+    except Exception:
+        return []
+
+
+def _native_thread(thread: dict[str, Any]) -> dict[str, Any]:
+    """py-spy lists frames innermost first; the schema wants outermost first."""
+    frames = [
+        {
+            "file": str(f.get("filename") or f.get("module") or "?")[:4096],
+            "line": max(int(f.get("line") or 0), 0),
+            "function": str(f.get("name") or "?")[:1024],
+        }
+        for f in thread.get("frames", [])[:MAX_FRAMES]
+    ]
+    frames.reverse()
+    return {
+        "name": str(thread.get("thread_name") or thread.get("thread_id"))[:256],
+        "thread_id": max(int(thread.get("thread_id") or 0), 0),
+        "native": True,
+        "frames": frames,
+    }
