@@ -1,4 +1,5 @@
-"""``rankwatch hang report JOB``: a job's hang episodes and their merged stacks.
+"""``rankwatch hang report JOB``: a job's hang episodes and their merged stacks;
+``rankwatch hang worker``: the stream worker that detects them.
 
 Prints each episode (culprit, waiting ranks, where the culprit is) and its merged
 stacks in folded-stack text (``frame;frame;frame COUNT``), which flame graph tools
@@ -20,6 +21,49 @@ def register(sub: Any) -> None:
     report.add_argument("--episode", help="only this episode id (default: the latest)")
     report.add_argument("--folded", action="store_true", help="print folded stacks only")
     report.set_defaults(func=run_report)
+    worker = verbs.add_parser("worker", help="run the hang detector's stream worker (faust)")
+    worker.add_argument("--config", help="TOML config file (see README)")
+    worker.add_argument("--kafka", help="bootstrap servers (overrides config and env)")
+    worker.add_argument("--clickhouse", help="ClickHouse DSN (overrides config and env)")
+    worker.add_argument("--k", type=float, default=5.0, help="stall after k x median step")
+    worker.add_argument("--floor", type=float, default=60.0, metavar="SECONDS",
+                        help="never stalled sooner than this")  # fmt: skip
+    worker.add_argument("--silent-after", type=float, default=15.0, metavar="SECONDS",
+                        help="heartbeats missing this long: the rank is silent")  # fmt: skip
+    worker.add_argument("--tick", type=float, default=1.0, metavar="SECONDS")
+    worker.add_argument("--offset-reset", choices=("latest", "earliest"), default="latest")
+    worker.add_argument("--loglevel", default="info")
+    worker.set_defaults(func=run_worker)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from faust.worker import Worker
+
+    from rankwatch.config import load_config
+    from rankwatch.streams.hang.detector import HangConfig
+    from rankwatch.streams.hang_worker import HangSettings, build_hang_app
+
+    config = load_config(args.config)
+    if args.kafka:
+        config = replace(config, kafka=replace(config.kafka, bootstrap=args.kafka))
+    if args.clickhouse:
+        config = replace(config, clickhouse=replace(config.clickhouse, dsn=args.clickhouse))
+    settings = HangSettings(
+        bootstrap=config.kafka.bootstrap,
+        dsn=config.clickhouse.dsn,
+        database=config.clickhouse.database or None,
+        group=f"{config.kafka.group}-hang",
+        topic_prefix=config.kafka.topic_prefix,
+        partitions=config.kafka.partitions,
+        tick_s=args.tick,
+        offset_reset=args.offset_reset,
+        hang=HangConfig(k=args.k, floor_s=args.floor, silent_after_s=args.silent_after),
+    )
+    app, _state = build_hang_app(settings)
+    Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+    return 0
 
 
 EPISODES_SQL = """

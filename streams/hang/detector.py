@@ -180,8 +180,11 @@ def _progress_ns(hb: Mapping[str, Any]) -> int | None:
 
 def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) -> Episode:
     waiting = sorted(r.rank for r in ranks if r.waiting and r.rank not in silent)
+    # a silent rank last seen waiting in communication is more likely collateral (its
+    # launcher ended it) than the cause: the others lead, then by when progress stopped
     culprit_states = sorted(
-        (r for r in ranks if r.rank not in waiting), key=lambda r: (r.progress_ns, r.rank)
+        (r for r in ranks if r.rank not in waiting),
+        key=lambda r: (r.waiting, r.progress_ns, r.rank),
     )
     first = min(ranks, key=lambda r: (r.progress_ns, r.rank))
     suspects = _suspects(ranks, waiting, culprit_states)

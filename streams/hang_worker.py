@@ -1,0 +1,136 @@
+"""The faust agent of the hang detector: heartbeats and stack dumps in, hangs out.
+
+A thin shell around :class:`rankwatch.streams.hangs.HangService`: ``<prefix>.heartbeats``
+and ``<prefix>.stacks`` are keyed by job, so one worker owns all of a job's ranks. Each
+message is handed to the service with its arrival time; a timer (every ``tick_s``)
+evaluates the jobs, stores the ``hangs``, ``stacks``, ``alerts`` and ``dead_letters``
+rows, and only once they are stored publishes the alerts on ``<prefix>.alerts`` (a
+store that fails keeps rows and alerts for the next tick).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from rankwatch.schemas.codec import encode
+from rankwatch.streams.hang.detector import HangConfig
+from rankwatch.streams.hangs import HangService
+from rankwatch.streams.pipeline import Output, Source
+from rankwatch.streams.sink import TableSink
+from rankwatch.streams.store import Store, StoreError
+
+log = logging.getLogger("rankwatch.hang")
+
+
+@dataclass(frozen=True)
+class HangSettings:
+    bootstrap: str
+    dsn: str
+    database: str | None = None
+    group: str = "rankwatch-hang"
+    topic_prefix: str = "rankwatch"
+    partitions: int = 8
+    tick_s: float = 1.0
+    offset_reset: str = "latest"
+    """Where a new consumer group starts: heartbeats are about now, so replaying old
+    ones would only declare long-gone jobs hung ("earliest" for tests on new topics)."""
+    hang: HangConfig = field(default_factory=HangConfig)
+
+
+class HangState:
+    """The service, the rows not yet stored and the alerts waiting for them."""
+
+    def __init__(
+        self,
+        settings: HangSettings,
+        store: Store | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.settings = settings
+        self.service = HangService(settings.hang)
+        self.sink = TableSink(store, auto_flush=False)
+        self.clock = clock
+        self.alerts: list[tuple[str, bytes]] = []
+        """(job, encoded alert) whose rows are buffered, published after the flush."""
+
+    def on_heartbeat(self, value: bytes, source: Source) -> None:
+        self._keep(self.service.on_heartbeat(value, source, self.clock()))
+
+    def on_stacks(self, value: bytes, source: Source) -> None:
+        self._keep(self.service.on_stacks(value, source, self.clock()))
+
+    def on_tick(self) -> list[tuple[str, bytes]]:
+        """Evaluate, store; the alerts that may now be published (job, bytes)."""
+        self._keep(self.service.on_tick(self.clock()))
+        try:
+            if self.sink.store is None and self.sink.pending:
+                self.sink.store = self._connect()
+            self.sink.flush()
+        except StoreError as exc:
+            log.warning("hang rows not stored yet (%s); alerts held back", exc)
+            return []
+        ready, self.alerts = self.alerts, []
+        return ready
+
+    def _keep(self, out: Output) -> None:
+        self.sink.write(out)
+        self.alerts += [(key, encode(kind, m)) for kind, key, m in out.messages]
+
+    def _connect(self) -> Store:
+        store = Store.connect(self.settings.dsn, database=self.settings.database)
+        store.migrate()
+        return store
+
+
+def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
+    app = faust.App(
+        settings.group,
+        broker=f"kafka://{settings.bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        topic_replication_factor=1,
+        topic_partitions=settings.partitions,
+        consumer_auto_offset_reset=settings.offset_reset,
+    )
+    state = HangState(settings)
+
+    def topic(kind: str) -> Any:
+        return app.topic(
+            f"{settings.topic_prefix}.{kind}",
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+
+    alerts = app.topic(
+        f"{settings.topic_prefix}.alerts", key_serializer="raw", value_serializer="raw"
+    )
+
+    @app.agent(topic("heartbeats"))
+    async def heartbeats(stream: Any) -> None:
+        async for event in stream.events():
+            state.on_heartbeat(event.value, _source(event.message))
+
+    @app.agent(topic("stacks"))
+    async def stacks(stream: Any) -> None:
+        async for event in stream.events():
+            state.on_stacks(event.value, _source(event.message))
+
+    @app.timer(interval=settings.tick_s)
+    async def tick() -> None:
+        for job, value in state.on_tick():
+            await alerts.send(key=job.encode(), value=value)
+
+    return app, state
+
+
+def _source(m: Any) -> Source:
+    return Source(m.topic, m.partition, m.offset, m.key)

@@ -1,0 +1,93 @@
+"""The hooks' watchdog: one valid ``stacks`` message per stuck op, from another thread."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from rankwatch.hooks.clock import Clock
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.publisher import PublisherConfig
+from rankwatch.hooks.tracker import RankWatch
+from rankwatch.hooks.transports import SinkTransport
+from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig, native_threads
+from rankwatch.schemas.codec import decode
+
+IDENT = Identity(job="j", host="h", rank=3, dp_rank=1, pp_rank=1, dp_size=2, pp_size=2)
+S = 1_000_000_000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0
+
+    def read(self) -> int:
+        return self.t
+
+
+def watchdog(flight: list[Any], clock: FakeClock, threshold_s: float = 2.0) -> Watchdog:
+    return Watchdog(
+        IDENT,
+        in_flight=lambda: flight[0],
+        step=lambda: 7,
+        read=clock.read,
+        now_ns=lambda: 1_700_000_000 * S,
+        config=WatchdogConfig(threshold_s=threshold_s, py_spy=False),
+    )
+
+
+def test_dumps_once_per_stuck_op_and_again_for_the_next() -> None:
+    clock, flight = FakeClock(), [("forward-recv", 2, -1, 0)]
+    dog = watchdog(flight, clock)
+    clock.t = 1 * S
+    assert dog.check() is None  # not stuck yet
+    clock.t = 3 * S
+    first = dog.check()
+    assert first is not None and dog.check() is None  # once per stuck op
+    message = decode("stacks", first)
+    assert (message["job"], message["rank"]) == ("j", 3)
+    assert "forward-recv_2" in message["reason"] and "step 7" in message["reason"]
+    me = next(t for t in message["threads"] if t["thread_id"] == threading.get_ident())
+    functions = [f["function"] for f in me["frames"]]
+    assert functions[-3:] == ["check", "message", "python_threads"]  # outermost first
+    assert not me["native"]
+    flight[0] = ("grads-reduce-scatter", 0, -1, 3 * S)
+    clock.t = 6 * S
+    assert dog.check() is not None and dog.dumps == 2
+
+
+def test_idle_rank_or_switched_off_never_dumps() -> None:
+    clock = FakeClock()
+    clock.t = 100 * S
+    assert watchdog([None], clock).check() is None
+    assert watchdog([("optimizer", 0, -1, 0)], clock, threshold_s=0).check() is None
+
+
+def test_without_py_spy_native_frames_are_simply_absent(monkeypatch: Any) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert native_threads(1, 1.0) == []
+
+
+def test_tracker_sees_a_posted_p2p_wait_as_in_flight_and_publishes_its_stacks() -> None:
+    sent: list[tuple[str, bytes]] = []
+    ticks = [0]
+    rw = RankWatch(
+        IDENT,
+        SinkTransport(lambda kind, value: sent.append((kind, value))),
+        clock=Clock(read=lambda: ticks[0]),
+        publisher=PublisherConfig(heartbeat_s=1000.0),
+        watchdog=WatchdogConfig(threshold_s=2.0, py_spy=False),
+        start=False,
+    )
+    rw.step_begin(4)
+    seq = rw.next_seq("forward-recv")  # posted by the schedule, waited for elsewhere
+    assert rw.in_flight() == ("forward-recv", seq, -1, 0)
+    ticks[0] = 5 * S
+    rw.publisher.step_once(0.0)
+    stacks = [decode("stacks", v) for k, v in sent if k == "stacks"]
+    assert len(stacks) == 1 and "forward-recv_0" in stacks[0]["reason"]
+    beats = [decode("heartbeats", v) for k, v in sent if k == "heartbeats"]
+    assert beats[-1]["in_flight"]["optype"] == "forward-recv"
+    rw.emit("forward-recv", seq, 0, 5 * S)  # the wait ended
+    assert rw.in_flight() is None
+    assert rw.stats().stacks_sent == 1

@@ -1,0 +1,56 @@
+"""The hang worker's state: rows stored before their alerts are released."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rankwatch.schemas.codec import decode, encode
+from rankwatch.streams.hang.detector import NS, HangConfig
+from rankwatch.streams.hang_worker import HangSettings, HangState
+from rankwatch.streams.pipeline import Source
+from rankwatch.streams.store import StoreError
+
+
+class FlakyStore:
+    """Records inserts; fails while ``down``."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+        if self.down:
+            raise StoreError("down", transient=True)
+        self.rows.setdefault(table, []).extend(rows)
+
+
+def beat(rank: int, since_ns: int) -> bytes:
+    flight = {"optype": "grads-reduce-scatter", "seq_id": 0, "mb_id": -1, "since_ns": since_ns}
+    return encode(
+        "heartbeats",
+        {
+            "schema": "heartbeats", "version": 1, "job": "j", "host": "h", "rank": rank,
+            "dp_rank": rank, "pp_rank": 0, "tp_rank": 0, "cp_rank": 0, "sent_ns": since_ns,
+            "step": 1, "pid": 1, "last_done": None, "in_flight": flight,
+        },
+    )  # fmt: skip
+
+
+def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
+    now = [100 * NS]
+    store = FlakyStore()
+    settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
+    state = HangState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
+    src = Source("p.heartbeats")
+    for rank in (0, 1):
+        state.on_heartbeat(beat(rank, now[0]), src)
+    state.on_heartbeat(b"not json", src)
+    now[0] += 5 * NS
+    assert state.on_tick() == []  # hung, but the store is down: nothing published
+    store.down = False
+    ready = state.on_tick()
+    assert [decode("alerts", v)["state"] for _, v in ready] == ["firing"]
+    assert [job for job, _ in ready] == ["j"]
+    assert len(store.rows["hangs"]) == 1 and len(store.rows["alerts"]) == 1
+    assert len(store.rows["dead_letters"]) == 1
+    assert state.on_tick() == []  # one alert per episode
