@@ -24,6 +24,7 @@ from rankwatch.streams.hangs import HangService
 from rankwatch.streams.pipeline import Output, Source
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
+from rankwatch.streams.worker import _shorten_fetch_wait
 
 log = logging.getLogger("rankwatch.hang")
 
@@ -37,6 +38,9 @@ class HangSettings:
     topic_prefix: str = "rankwatch"
     partitions: int = 8
     tick_s: float = 1.0
+    fetch_wait_ms: int = 50
+    """Faust's fetch waits 1.5 s for idle partitions: a heartbeat held that long would
+    make its rank look silent too late (the episode is then declared before it is)."""
     offset_reset: str = "latest"
     """Where a new consumer group starts: heartbeats are about now, so replaying old
     ones would only declare long-gone jobs hung ("earliest" for tests on new topics)."""
@@ -126,6 +130,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
+        _shorten_fetch_wait(app, settings.fetch_wait_ms)
         for job, value in state.on_tick():
             await alerts.send(key=job.encode(), value=value)
 

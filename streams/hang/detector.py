@@ -1,12 +1,12 @@
 """Stalled ranks, hung jobs and their culprits, from heartbeats.
 
 A rank is *stalled* when it made no progress (no op started or ended) for longer than
-``max(floor_s, k * median recent step time)``, or when its heartbeats stopped (the
-process is gone, stopped, or its machine unreachable). A job is *hung* when every rank
-that has not finished is stalled. Then ranks waiting inside a communication op are
-*waiting*; the others (in compute, in untimed Python, or silent) are *culprits*; the
-ranks absent from the op most waiters sit in are *suspects*. One episode per hang,
-resolved as soon as any rank makes progress again.
+``max(floor_s, k * median recent step time)`` once it reported its first op, or when
+its heartbeats stopped (the process is gone, stopped, or its machine unreachable). A
+job is *hung* when every rank that has not finished is stalled. Then ranks waiting
+inside a communication op are *waiting*; the others (in compute, in untimed Python, or
+silent) are *culprits*; the ranks absent from the op most waiters sit in are
+*suspects*. One episode per hang, resolved as soon as any rank makes progress again.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ class RankState:
     in_flight: Mapping[str, Any] | None = None
     last_done: Mapping[str, Any] | None = None
     finished: bool = False
+    started: bool = False
+    """Reported an op at least once: before that (imports, process groups, clock
+    alignment under load) the time without progress says nothing about a hang."""
 
     @property
     def waiting(self) -> bool:
@@ -111,6 +114,7 @@ class HangDetector:
         state.in_flight, state.last_done = hb["in_flight"], hb["last_done"]
         state.progress_ns = max(state.progress_ns, progress or 0)
         state.finished = hb.get("state") == "finished"
+        state.started = state.started or progress is not None
         self._note_step(job, rank, hb["step"], state.progress_ns)
 
     def threshold_s(self, job: str) -> float:
@@ -133,7 +137,7 @@ class HangDetector:
                     changed.append(self._resolve(job, now_ns))
                 continue
             stalled = [r for r in live if self._stalled(name, r, now_ns)]
-            if len(stalled) == len(live):
+            if len(stalled) == len(live) and not self._late(live, now_ns):
                 job.episode = _declare(name, live, now_ns, self._silent(live, now_ns))
                 changed.append(job.episode)
         return changed
@@ -148,7 +152,18 @@ class HangDetector:
 
     def _stalled(self, job: str, rank: RankState, now_ns: int) -> bool:
         silent = now_ns - rank.heard_ns > self.config.silent_after_s * NS
-        return silent or now_ns - rank.progress_ns > self.threshold_s(job) * NS
+        if silent or not rank.started:
+            return silent
+        return now_ns - rank.progress_ns > self.threshold_s(job) * NS
+
+    def _late(self, ranks: list[RankState], now_ns: int) -> bool:
+        """Some rank's heartbeat is overdue but it is not silent yet: wait for the verdict
+        (at most half of ``silent_after_s``) rather than take its last report (waiting
+        in a send, say) for where it is now."""
+        age = [now_ns - r.heard_ns for r in ranks]
+        return any(
+            self.config.silent_after_s * NS / 2 < a <= self.config.silent_after_s * NS for a in age
+        )
 
     def _silent(self, ranks: list[RankState], now_ns: int) -> set[int]:
         limit = self.config.silent_after_s * NS

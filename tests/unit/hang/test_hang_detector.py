@@ -115,3 +115,15 @@ def test_the_threshold_adapts_to_the_step_time() -> None:
     det = HangDetector(HangConfig(k=5.0, floor_s=1.0))
     run_steps(det, range(2), 6, period_s=4.0)
     assert det.threshold_s("j") == 20.0
+
+
+def test_ranks_still_starting_are_not_hung_until_they_go_silent() -> None:
+    """Heartbeats before the first op (imports, process groups) show no progress; that is
+    no hang, but a rank that stops beating during start-up still is one."""
+    det = HangDetector(CFG)
+    for t in range(0, 30, 2):
+        for r in range(4):
+            det.observe(hb(r, 0, t, optype=None), int(t * NS))
+        assert det.evaluate(int(t * NS)) == []
+    [episode] = det.evaluate(int(40 * NS))  # nobody heard for 12 s > silent_after_s
+    assert episode.silent == (0, 1, 2, 3)
