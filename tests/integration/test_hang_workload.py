@@ -35,6 +35,7 @@ from rankwatch.streams.devbroker import create_topics
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.slow,
     pytest.mark.skipif(not torch_available(), reason="the workload needs torch"),
 ]
 
