@@ -117,10 +117,14 @@ def encode_stacks(
 
 
 def python_threads() -> list[dict[str, Any]]:
-    """Every Python thread's frames, outermost first."""
+    """Every other Python thread's frames, outermost first (the calling thread, busy
+    taking this dump, would only add the same noise path to every rank's stacks)."""
     names = {t.ident: t.name for t in threading.enumerate()}
+    me = threading.get_ident()
     out = []
     for ident, frame in sys._current_frames().items():
+        if ident == me:
+            continue
         out.append(
             {
                 "name": names.get(ident, f"thread-{ident}")[:256],
@@ -150,7 +154,9 @@ def _frames(frame: FrameType | None) -> list[dict[str, Any]]:
 
 def native_threads(pid: int, timeout_s: float) -> list[dict[str, Any]]:
     """Native frames of every thread from ``py-spy dump --native --json``; [] when py-spy
-    is absent, not permitted to attach, or says something unexpected."""
+    is absent, not permitted to attach (py-spy is our child, and Yama's default
+    ``ptrace_scope=1`` lets no child trace its parent without ``CAP_SYS_PTRACE``), or
+    says something unexpected."""
     exe = shutil.which("py-spy")
     if exe is None:
         return []

@@ -36,7 +36,22 @@ def watchdog(flight: list[Any], clock: FakeClock, threshold_s: float = 2.0) -> W
     )
 
 
+def stuck_here(release: threading.Event) -> None:
+    release.wait()
+
+
 def test_dumps_once_per_stuck_op_and_again_for_the_next() -> None:
+    release = threading.Event()
+    stuck = threading.Thread(target=stuck_here, args=(release,), name="stuck")
+    stuck.start()
+    try:
+        dumps_once_per_stuck_op()
+    finally:
+        release.set()
+        stuck.join()
+
+
+def dumps_once_per_stuck_op() -> None:
     clock, flight = FakeClock(), [("forward-recv", 2, -1, 0)]
     dog = watchdog(flight, clock)
     clock.t = 1 * S
@@ -47,10 +62,12 @@ def test_dumps_once_per_stuck_op_and_again_for_the_next() -> None:
     message = decode("stacks", first)
     assert (message["job"], message["rank"]) == ("j", 3)
     assert "forward-recv_2" in message["reason"] and "step 7" in message["reason"]
-    me = next(t for t in message["threads"] if t["thread_id"] == threading.get_ident())
-    functions = [f["function"] for f in me["frames"]]
-    assert functions[-3:] == ["check", "message", "python_threads"]  # outermost first
-    assert not me["native"]
+    ids = {t["thread_id"] for t in message["threads"]}
+    assert threading.get_ident() not in ids  # the dumping thread leaves itself out
+    [other] = [t for t in message["threads"] if t["name"] == "stuck"]
+    functions = [f["function"] for f in other["frames"]]
+    assert functions[-3:] == ["stuck_here", "wait", "wait"]  # outermost first
+    assert functions[0] == "_bootstrap" and not other["native"]
     flight[0] = ("grads-reduce-scatter", 0, -1, 3 * S)
     clock.t = 6 * S
     assert dog.check() is not None and dog.dumps == 2
