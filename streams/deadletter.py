@@ -13,9 +13,11 @@ def dead_letter_row(
     data: bytes, source: Any, now_ns: int, reason: str, detail: str
 ) -> dict[str, Any]:
     """``source`` is a :class:`rankwatch.streams.pipeline.Source` (topic, partition,
-    offset, key)."""
+    offset, key, broker timestamp). The row's time is the broker's timestamp when known,
+    so a re-delivered bad message gives the same row (the table collapses it)."""
+    stamp = getattr(source, "timestamp_ns", None)
     return {
-        "time": datetime.fromtimestamp(now_ns / 1e9, tz=UTC),
+        "time": datetime.fromtimestamp((now_ns if stamp is None else stamp) / 1e9, tz=UTC),
         "topic": source.topic,
         "partition": source.partition,
         "offset": source.offset,

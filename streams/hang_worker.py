@@ -19,12 +19,12 @@ from typing import Any
 import faust
 
 from rankwatch.schemas.codec import encode
+from rankwatch.streams.faustapp import new_app, shorten_fetch_wait
 from rankwatch.streams.hang.detector import HangConfig
 from rankwatch.streams.hangs import HangService
 from rankwatch.streams.pipeline import Output, Source
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
-from rankwatch.streams.worker import _shorten_fetch_wait
 
 log = logging.getLogger("rankwatch.hang")
 
@@ -93,15 +93,7 @@ class HangState:
 
 
 def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
-    app = faust.App(
-        settings.group,
-        broker=f"kafka://{settings.bootstrap}",
-        store="memory://",
-        web_enabled=False,
-        topic_replication_factor=1,
-        topic_partitions=settings.partitions,
-        consumer_auto_offset_reset=settings.offset_reset,
-    )
+    app = new_app(settings.group, settings.bootstrap, settings.partitions, settings.offset_reset)
     state = HangState(settings)
 
     def topic(kind: str) -> Any:
@@ -130,7 +122,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
-        _shorten_fetch_wait(app, settings.fetch_wait_ms)
+        shorten_fetch_wait(app, settings.fetch_wait_ms)
         for job, value in state.on_tick():
             await alerts.send(key=job.encode(), value=value)
 

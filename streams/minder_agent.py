@@ -20,9 +20,12 @@ import numpy as np
 import orjson
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
+from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.faustapp import new_app
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import JobMonitor, MonitorOutput, OnlineConfig
 from rankwatch.streams.minder.serial import model_from_arrays
+from rankwatch.streams.pipeline import Source
 from rankwatch.streams.store import Store
 
 log = logging.getLogger("rankwatch.minder")
@@ -76,7 +79,9 @@ class MinderState:
         except InvalidMessage as exc:
             self.dead_letters += 1
             self.pending.setdefault("dead_letters", []).append(
-                _dead_letter(value, topic, partition, offset, exc.reason, exc.detail)
+                dead_letter_row(
+                    value, Source(topic, partition, offset), time.time_ns(), exc.reason, exc.detail
+                )
             )
             return
         monitor = self.monitors.get(msg["job"])
@@ -114,32 +119,8 @@ def _alert_row(alert: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _dead_letter(
-    value: bytes, topic: str, partition: int, offset: int, reason: str, detail: str
-) -> dict[str, Any]:
-    return {
-        "time": time.time_ns(),
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "key": "",
-        "reason": reason,
-        "detail": detail[:1000],
-        "payload": value[:4096].decode(errors="replace"),
-        "payload_bytes": len(value),
-    }
-
-
 def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
-    app = faust.App(
-        settings.group,
-        broker=f"kafka://{settings.bootstrap}",
-        store="memory://",
-        web_enabled=False,
-        topic_replication_factor=1,
-        topic_partitions=settings.partitions,
-        consumer_auto_offset_reset="earliest",
-    )
+    app = new_app(settings.group, settings.bootstrap, settings.partitions)
     state = MinderState(settings)
     metrics = app.topic(
         f"{settings.topic_prefix}.metrics",

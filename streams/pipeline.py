@@ -23,9 +23,7 @@ from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_op
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.alerts import Alert, StragglerAlerts
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
-
-DEAD_LETTER_PAYLOAD_BYTES = 4096
-"""How much of a rejected message the dead-letter row keeps (enough to debug)."""
+from rankwatch.streams.deadletter import dead_letter_row
 
 
 @dataclass(frozen=True)
@@ -182,20 +180,7 @@ class Pipeline:
         self.dead_letters += 1
         self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
         out = Output()
-        out.add(
-            "dead_letters",
-            {
-                "time": _utc(source.timestamp_ns if source.timestamp_ns is not None else now_ns),
-                "topic": source.topic,
-                "partition": source.partition,
-                "offset": source.offset,
-                "key": (source.key or b"").decode("utf-8", "replace"),
-                "reason": reason,
-                "detail": detail[:1000],
-                "payload": data[:DEAD_LETTER_PAYLOAD_BYTES].decode("utf-8", "replace"),
-                "payload_bytes": len(data),
-            },
-        )
+        out.add("dead_letters", dead_letter_row(data, source, now_ns, reason, detail))
         return out
 
 

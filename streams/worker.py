@@ -17,6 +17,7 @@ from typing import Any
 import faust
 import orjson
 
+from rankwatch.streams.faustapp import new_app, shorten_fetch_wait
 from rankwatch.streams.health import write_status
 from rankwatch.streams.pipeline import Source
 from rankwatch.streams.worker_state import WorkerSettings, WorkerState
@@ -27,14 +28,10 @@ log = logging.getLogger("rankwatch.worker")
 
 
 def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
-    app = faust.App(
+    app = new_app(
         settings.group,
-        broker=f"kafka://{settings.bootstrap}",
-        store="memory://",
-        web_enabled=False,
-        topic_replication_factor=1,
-        topic_partitions=settings.partitions,
-        consumer_auto_offset_reset="earliest",
+        settings.bootstrap,
+        settings.partitions,
         broker_session_timeout=settings.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         consumer_max_fetch_size=settings.fetch_bytes,
@@ -81,7 +78,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
-        _shorten_fetch_wait(app, settings.fetch_wait_ms)
+        shorten_fetch_wait(app, settings.fetch_wait_ms)
         state.on_tick()
         await settle()
         snapshot = state.snapshot()
@@ -98,24 +95,6 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     return app, state
-
-
-def _shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
-    """Set the aiokafka fetcher's max wait, which faust hard-codes (1,500 ms).
-
-    Reaches into faust's consumer thread and aiokafka's fetcher (private attributes,
-    checked at every tick so a re-created consumer gets it too); logs once and leaves
-    the default when those are not there (another faust or aiokafka version)."""
-    try:
-        fetcher = app.consumer._thread._consumer._fetcher  # type: ignore[attr-defined]
-    except AttributeError:
-        fetcher = None
-    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
-        if not getattr(app, "_rankwatch_fetch_warned", False):
-            log.info("cannot set the fetch max wait (faust/aiokafka internals changed?)")
-            app._rankwatch_fetch_warned = True  # type: ignore[attr-defined]
-        return
-    fetcher._fetch_max_wait_ms = wait_ms
 
 
 def _assignment(app: faust.App) -> set[Any]:

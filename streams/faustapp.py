@@ -1,0 +1,55 @@
+"""What every rankwatch faust app shares: its settings and one workaround.
+
+The ops worker, the hang worker and the Minder worker differ only in their agents;
+their apps are made here so a setting fixed for one (replication on one broker, no
+web server, where a new group starts) is fixed for all.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import faust
+
+log = logging.getLogger("rankwatch.faust")
+
+
+def new_app(
+    group: str,
+    bootstrap: str,
+    partitions: int,
+    offset_reset: str = "earliest",
+    **settings: Any,
+) -> faust.App:
+    """A faust app with in-memory state (rankwatch keeps its state in ClickHouse)."""
+    return faust.App(
+        group,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        topic_replication_factor=1,
+        topic_partitions=partitions,
+        consumer_auto_offset_reset=offset_reset,
+        **settings,
+    )
+
+
+def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
+    """Set the aiokafka fetcher's max wait, which faust hard-codes (1,500 ms).
+
+    A caught-up worker otherwise sees a partition's new messages only when the fetch for
+    its idle partitions returns. Reaches into faust's consumer thread and aiokafka's
+    fetcher (private attributes, so call it at every tick: a re-created consumer gets it
+    too); logs once and leaves the default when those are not there (another faust or
+    aiokafka version)."""
+    try:
+        fetcher = app.consumer._thread._consumer._fetcher  # type: ignore[attr-defined]
+    except AttributeError:
+        fetcher = None
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        if not getattr(app, "_rankwatch_fetch_warned", False):
+            log.info("cannot set the fetch max wait (faust/aiokafka internals changed?)")
+            app._rankwatch_fetch_warned = True  # type: ignore[attr-defined]
+        return
+    fetcher._fetch_max_wait_ms = wait_ms
