@@ -16,6 +16,22 @@ T0_NS = 1_732_000_000_000_000_000
 """2024-11-19T07:06:40Z, a round aligned-clock time."""
 
 
+_OPS_HEADER: dict[str, Any] = {
+    "job": "job-1",
+    "host": "node-3",
+    "rank": 5,
+    "dp_rank": 1,
+    "pp_rank": 2,
+    "tp_rank": 0,
+    "cp_rank": 0,
+    "dp_size": 2,
+    "pp_size": 4,
+    "batch_seq": 17,
+    "sent_ns": T0_NS + 10**9,
+}
+"""The header fields of the example ops batch, shared by its message and OpBatch forms."""
+
+
 def example(kind: str, /, **overrides: Any) -> dict[str, Any]:
     """A valid message of ``kind`` (version 1)."""
     return {"schema": kind, "version": 1, **_BODIES[kind](), **overrides}
@@ -38,35 +54,12 @@ def example_batch(n: int = 8, *, extras: bool = False, **overrides: Any) -> OpBa
         columns["bytes"] = np.zeros(n, dtype=np.int64)
         columns["flops"] = np.full(n, 1.5e12)
         columns["stream"] = np.array(["compute"] * n, dtype=object)
-    header: dict[str, Any] = {
-        "job": "job-1",
-        "host": "node-3",
-        "rank": 5,
-        "dp_rank": 1,
-        "pp_rank": 2,
-        "tp_rank": 0,
-        "cp_rank": 0,
-        "dp_size": 2,
-        "pp_size": 4,
-        "batch_seq": 17,
-        "sent_ns": T0_NS + 10**9,
-    }
-    return OpBatch(**{**header, **columns, **overrides})
+    return OpBatch(**{**_OPS_HEADER, **columns, **overrides})
 
 
 def _ops() -> dict[str, Any]:
     return {
-        "job": "job-1",
-        "host": "node-3",
-        "rank": 5,
-        "dp_rank": 1,
-        "pp_rank": 2,
-        "tp_rank": 0,
-        "cp_rank": 0,
-        "dp_size": 2,
-        "pp_size": 4,
-        "batch_seq": 17,
-        "sent_ns": T0_NS + 10**9,
+        **_OPS_HEADER,
         "ops": {
             "step": [3, 3],
             "optype": ["forward-compute", "forward-send"],
