@@ -20,6 +20,10 @@ from typing import Any
 
 from rankwatch.hooks.workload.validation import one_job
 
+GAP = ("measured_mean", "dilution", "imbalance", "launch", "others_slowed", "undiluted",
+       "undiluted_over_imbalance")  # fmt: skip
+"""Where the gap between simulated and measured comes from (``validation.decompose``)."""
+
 
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
@@ -33,11 +37,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--every", type=int, default=2, help="straggler on/off period")
     parser.add_argument("--dp", type=int, default=2, help="data-parallel size (PP is 2)")
+    parser.add_argument("--hidden", type=int, default=128, help="model width")
     args = parser.parse_args()
     report: dict[str, Any] = {"config": vars(args), "levels": {}}
     for level in args.levels:
         runs = [
-            one_job(level, args.steps, args.warmup, args.every, seed, args.dp)
+            one_job(level, args.steps, args.warmup, args.every, seed, args.dp, args.hidden)
             for seed in range(args.repeats)
         ]
         report["levels"][str(level)] = {
@@ -45,6 +50,7 @@ def main() -> None:
             "simulated": spread([r["simulated"] for r in runs]),
             "error": spread([r["error"] for r in runs]),
             "simulated_over_clean": spread([r["simulated_over_clean"] for r in runs]),
+            **{k: spread([r[k] for r in runs]) for k in GAP},
             "replay_error": max(r["replay_error"] for r in runs),
             "top_workers": [r["top_worker"] for r in runs],
             "runs": runs,

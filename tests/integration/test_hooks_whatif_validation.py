@@ -33,3 +33,12 @@ def test_simulated_slowdown_follows_the_measured_one() -> None:
         assert abs(run["error"]) < AGREEMENT, run
         assert run["replay_error"] < 0.02, run
     assert heavy["top_worker"] == "0,0", heavy["workers"]
+
+
+def test_the_gap_to_the_measured_slowdown_decomposes_exactly() -> None:
+    """S / measured (means) = imbalance * launch / dilution, on a real trace; and at a
+    heavy straggler the ideal keeps part of the injected work (dilution > 1)."""
+    run = one_job(100, steps=8, warmup=2, every=2, seed=1)
+    factors = run["imbalance"] * run["launch"] / run["dilution"]
+    assert run["simulated"] / run["measured_mean"] == pytest.approx(factors, rel=1e-6)
+    assert run["dilution"] > 1.0, run
