@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import copy
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -130,6 +131,47 @@ def read_column(spec: ColumnSpec, values: list[Any], *, bools_possible: bool = T
     else:
         _wrong_type(spec, values, (int, float) if spec.type == "number" else (int,))
     return check_column(spec, column)
+
+
+def read_integer_block(
+    specs: tuple[ColumnSpec, ...], values: Sequence[list[Any]]
+) -> np.ndarray | None:
+    """Equal-length integer columns converted and bound-checked in one go, for a
+    document with no ``true``/``false`` literal (as :func:`read_column` with
+    ``bools_possible=False``): a (column, record) int64 array whose rows are the
+    columns, or None when any item is not an in-range integer. The caller then reads
+    column by column, which names the fault; this only says yes quickly.
+
+    One C conversion and one comparison over all columns instead of a dozen numpy calls
+    per column: per-call overhead, not arithmetic, is what small batches pay for.
+    """
+    lower, upper = _block_bounds(specs)
+    try:
+        converted = array.array("q", list(itertools.chain.from_iterable(values)))
+    except (TypeError, OverflowError):
+        return None
+    block = np.frombuffer(converted, dtype=np.int64).reshape(len(values), -1)
+    if bool((block < lower).any()) or bool((block > upper).any()):
+        return None
+    return block
+
+
+@cache
+def _block_bounds(specs: tuple[ColumnSpec, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(column, 1) arrays of each column's bounds (int64 limits where the schema has none)."""
+    info = np.iinfo(np.int64)
+    for spec in specs:
+        if spec.type != "integer" or spec.enum is not None:
+            raise ValueError(f"{spec.path}: not a plain integer column")
+        for bound in (spec.minimum, spec.maximum):
+            if bound is not None and type(bound) is not int:
+                raise ValueError(f"{spec.path}: bound {bound!r} is not an integer")
+    lower = [info.min if s.minimum is None else max(s.minimum, info.min) for s in specs]
+    upper = [info.max if s.maximum is None else min(s.maximum, info.max) for s in specs]
+    return (
+        np.array(lower, dtype=np.int64).reshape(-1, 1),
+        np.array(upper, dtype=np.int64).reshape(-1, 1),
+    )
 
 
 def _read_numbers_fast(spec: ColumnSpec, values: list[Any]) -> np.ndarray | None:

@@ -267,3 +267,45 @@ def test_a_bool_is_caught_even_when_strings_say_true() -> None:
     message["ops"]["chunk"] = [0, False]
     assert _reason(orjson.dumps(message)) == "schema"
     assert decode_ops(orjson.dumps(example("ops", job="true-north"))).job == "true-north"
+
+
+_SUBSET_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["a"],
+    "properties": {
+        "a": {"type": ["integer", "null"], "minimum": 0, "maximum": 9},
+        "b": {"enum": ["x", 1, True]},
+        "c": {"type": "array", "prefixItems": [{"const": "p"}], "items": {"type": "number"}},
+        "d": {"type": "string", "minLength": 1, "maxLength": 3},
+    },
+}
+_subset_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 12),
+    st.floats(-1, 11),
+    st.sampled_from(["", "x", "p", "abcd", "ab"]),
+    st.lists(st.one_of(st.just("p"), st.integers(0, 3), st.floats(0, 1), st.none()), max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    instance=st.one_of(
+        st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e"]), _subset_values, max_size=4),
+        _subset_values,
+    )
+)
+def test_compiled_check_agrees_with_jsonschema_on_the_whole_subset(instance: Any) -> None:
+    """Every keyword fastcheck compiles (type lists, enum with true vs 1, prefixItems,
+    closed objects) gives jsonschema's verdict."""
+    fast = compile_check(_SUBSET_SCHEMA)
+    assert fast(instance) == compile_schema(_SUBSET_SCHEMA).is_valid(instance)
+
+
+def test_compile_check_refuses_what_it_does_not_know() -> None:
+    with pytest.raises(ValueError, match="pattern"):
+        compile_check({"type": "string", "pattern": "^a"})
+    with pytest.raises(ValueError, match="additionalProperties"):
+        compile_check({"type": "object", "additionalProperties": {"type": "string"}})
