@@ -297,11 +297,32 @@ def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np
 def _merge(chunks: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
     """Concatenate chunks and drop repeated (rank, optype, seq_id) records."""
     columns = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
-    key = np.stack([columns["rank"], columns["optype"], columns["seq_id"]], axis=1)
-    _, first = np.unique(key, axis=0, return_index=True)  # canonical (sorted key) order
+    first = _first_of_each_key(columns["rank"], columns["optype"], columns["seq_id"])
     dups = columns["rank"].size - first.size
     columns = {c: v[first] for c, v in columns.items()}
     return columns, int(dups)
+
+
+def _first_of_each_key(rank: np.ndarray, optype: np.ndarray, seq_id: np.ndarray) -> np.ndarray:
+    """Index of the first record of each distinct (rank, optype, seq_id), in key order.
+
+    The three fit one int64 whenever their bit widths add up to 63 or less (ranks and op
+    type codes are small, seq_ids count ops): one 1-D sort, ~10x cheaper than
+    ``np.unique(axis=0)`` on the stacked columns, with the same result (a packed key of
+    non-negative fields orders as the tuple does, and both sorts are stable).
+    """
+    if rank.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    fields = [np.asarray(rank, dtype=np.int64), np.asarray(optype, dtype=np.int64)]
+    fields.append(np.asarray(seq_id, dtype=np.int64))
+    if min(int(f.min()) for f in fields) >= 0:
+        widths = [int(f.max()).bit_length() for f in fields]
+        if sum(widths) <= 63:
+            key = (fields[0] << (widths[1] + widths[2])) | (fields[1] << widths[2]) | fields[2]
+            _, first = np.unique(key, return_index=True)
+            return first
+    _, first = np.unique(np.stack(fields, axis=1), axis=0, return_index=True)
+    return first
 
 
 def step_from_columns(

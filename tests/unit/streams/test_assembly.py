@@ -150,3 +150,19 @@ def test_open_steps_are_bounded_per_job() -> None:
         closed += asm.add(make_batch(worker_step(step, 0, step * 10.0), pp=0, seq=step), now_ns=0)
     assert [s.step for s in closed] == [0, 1]
     assert all(s.partial for s in closed)
+
+
+def test_dedup_key_order_is_the_tuple_order() -> None:
+    """The packed (rank, optype, seq_id) key picks the records np.unique over the stacked
+    columns picks, in the same order, also when the fields are too wide to pack."""
+    from rankwatch.streams.assembly import _first_of_each_key
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(1, 2000))
+        rank = rng.integers(0, int(rng.choice([3, 64, 2**31])), n)
+        optype = rng.integers(0, 14, n).astype(np.int8)
+        seq_id = rng.integers(0, int(rng.choice([5, 1000, 2**40, 2**62])), n)
+        stacked = np.stack([rank, optype, seq_id], axis=1)
+        _, want = np.unique(stacked, axis=0, return_index=True)
+        np.testing.assert_array_equal(_first_of_each_key(rank, optype, seq_id), want)
