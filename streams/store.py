@@ -227,7 +227,14 @@ class Store:
         self.insert_columns(table, {name: [row[name] for row in rows] for name in names})
 
     def insert_columns(self, table: str, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> None:
-        """Insert equal-length columns (lists or numpy arrays) in one batch."""
+        """Insert equal-length columns (lists or numpy arrays) in one batch.
+
+        When every column is a numpy array of a type Arrow carries as it is (integers,
+        floats, strings, ns times) the batch goes to the engine as one Arrow table: the
+        engine parses it in C++, where clickhouse-connect's own encoder walks
+        LowCardinality and narrower integer columns value by value in Python (about half
+        the cost of storing raw ops). Anything else takes clickhouse-connect's path.
+        """
         known = {c.name: c for c in self.columns(table)}
         unknown = [name for name in columns if name not in known or not known[name].insertable]
         missing = [c.name for c in known.values() if c.insertable and not c.optional]
@@ -241,8 +248,12 @@ class Store:
             raise StoreError(f"insert into {table}: columns differ in length {sorted(lengths)}")
         if lengths == {0}:
             return
-        data = [_to_engine(known[name], values) for name, values in columns.items()]
+        arrow = _arrow_table(known, columns)
         try:
+            if arrow is not None:
+                self._client.insert_arrow(_identifier(table), arrow, database=self.database)
+                return
+            data = [_to_engine(known[name], values) for name, values in columns.items()]
             self._client.insert(
                 _identifier(table),
                 data,
@@ -301,6 +312,44 @@ def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[A
     if _base_type(column.type) == "String":
         return [orjson.dumps(v).decode() if isinstance(v, dict | list) else v for v in values]
     return values
+
+
+_ARROW_NUMBERS = {
+    **{f"Int{bits}": f"int{bits}" for bits in (8, 16, 32, 64)},
+    **{f"UInt{bits}": f"uint{bits}" for bits in (8, 16, 32, 64)},
+    "Float32": "float32",
+    "Float64": "float64",
+}
+_ARROW_TIME_UNITS = {1: "ns", 1_000: "us", 1_000_000: "ms", 1_000_000_000: "s"}
+
+
+def _arrow_table(
+    known: Mapping[str, Column], columns: Mapping[str, Sequence[Any] | np.ndarray]
+) -> Any | None:
+    """``columns`` as an Arrow table typed as the table's columns, or None when one of
+    them is not a numpy array Arrow can take as it is (lists of rows, datetimes)."""
+    import pyarrow as pa
+
+    arrays = {}
+    for name, values in columns.items():
+        if not isinstance(values, np.ndarray):
+            return None
+        column = known[name]
+        base = _base_type(column.type)
+        try:
+            if values.dtype == object and (base == "String" or base.startswith("Enum")):
+                arrays[name] = pa.array(values, type=pa.string())
+            elif base in _ARROW_NUMBERS and values.dtype.kind in "iuf":
+                arrays[name] = pa.array(values, type=getattr(pa, _ARROW_NUMBERS[base])())
+            elif column.ns_divisor in _ARROW_TIME_UNITS and values.dtype.kind in "iu":
+                divisor = column.ns_divisor
+                ticks = pa.array(values.astype(np.int64) // divisor, type=pa.int64())
+                arrays[name] = ticks.cast(pa.timestamp(_ARROW_TIME_UNITS[divisor], tz="UTC"))
+            else:
+                return None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:  # out of range, bad type
+            raise StoreError(f"column {name} ({column.type}): {_why(exc)}") from exc
+    return pa.table(arrays)
 
 
 def _base_type(type_: str) -> str:

@@ -143,6 +143,37 @@ def test_ops_keep_ns_and_collapse_duplicates(store: Store) -> None:
     assert [r["ns"] for r in ns] == (NOW_NS + np.arange(5) * 7 + 1).tolist()
 
 
+def test_arrow_and_row_inserts_store_the_same_ops(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Numpy-only op columns go to the engine as Arrow; what is stored is what the
+    clickhouse-connect path stores, value for value (ns times included)."""
+    from rankwatch.streams import store as store_module
+
+    batches = [
+        example_batch(50, extras=True, start_ns=NOW_NS + np.arange(50) * 7),
+        example_batch(20, extras=True, rank=6, start_ns=NOW_NS + np.arange(20) * 3 + 1),
+    ]
+    query = (
+        "SELECT * EXCEPT inserted_at, toUnixTimestamp64Nano(time) AS ns FROM ops"
+        " ORDER BY rank, optype, seq_id"
+    )
+    store.insert_ops(batches)
+    via_arrow = store.query(query)
+    store.query("TRUNCATE TABLE ops")
+    monkeypatch.setattr(store_module, "_arrow_table", lambda known, columns: None)
+    store.insert_ops(batches)
+    assert store.query(query) == via_arrow
+    assert len(via_arrow) == 70
+    assert via_arrow[0]["ns"] == NOW_NS
+
+
+def test_arrow_insert_refuses_values_out_of_range(store: Store) -> None:
+    with pytest.raises(StoreError, match="chunk"):
+        store.insert_ops([example_batch(3, chunk=np.array([0, 1, 40_000]))])
+    assert store.query("SELECT count() AS n FROM ops") == [{"n": 0}]
+
+
 def test_dead_letter_insert(store: Store) -> None:
     payload = b'{"schema": "ops", "version": 9' * 10
     store.insert(
