@@ -30,7 +30,7 @@ class Costs:
 
     def rows(self, begin: int, end: int) -> np.ndarray:
         """Costs of plan rows ``begin:end`` on every lane: ``(L, X, S, D')``."""
-        picked = np.take(self.blocks_BF, self.pick_RX[begin:end], axis=0, mode="clip")
+        picked = self.blocks_BF.take(self.pick_RX[begin:end], axis=0, mode="clip")
         return picked.reshape(end - begin, *self.lanes)
 
 

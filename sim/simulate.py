@@ -94,6 +94,8 @@ def _latest(table: np.ndarray, rows_LK: np.ndarray, out: np.ndarray) -> None:
     A loop over the few columns of elementwise maxima is much faster than a numpy
     reduction over a short middle axis.
     """
-    np.take(table, rows_LK[:, 0], axis=0, out=out, mode="clip")
+    # ndarray.take, not np.take: the same call without the Python dispatch layer, which
+    # cost as much as the gather itself on a step's thousands of small levels
+    table.take(rows_LK[:, 0], axis=0, out=out, mode="clip")
     for k in range(1, rows_LK.shape[1]):
-        np.maximum(out, np.take(table, rows_LK[:, k], axis=0, mode="clip"), out=out)
+        np.maximum(out, table.take(rows_LK[:, k], axis=0, mode="clip"), out=out)
