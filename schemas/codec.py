@@ -106,7 +106,7 @@ def encode_ops(batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         raw = getattr(batch, spec.name)
         if raw is None:
             if spec.group == "ops":
-                raise InvalidMessage("schema", f"$.{spec.path}: required column is None")
+                raise InvalidMessage("schema", f"{spec.path}: required column is None")
             continue
         column = cols.check_column(spec, np.asarray(raw))
         lengths[spec.path] = column.shape[0]
@@ -143,7 +143,7 @@ class _OpsRules:
     envelope_ok: Check  # the same verdict, faster; jsonschema explains a failure
     header: Validator  # the scalar fields alone
     max_items: int
-    block: tuple[cols.ColumnSpec, ...]  # required plain integer columns, read in one go
+    block: cols.IntegerBlock  # the required plain integer columns, read in one go
 
 
 @cache
@@ -164,10 +164,12 @@ def _ops_rules() -> _OpsRules:
         envelope_ok=compile_check(envelope),
         header=compile_schema(header),
         max_items=cols.max_items(raw),
-        block=tuple(
-            spec
-            for spec in specs
-            if spec.group == cols.GROUPS[0] and spec.type == "integer" and spec.enum is None
+        block=cols.IntegerBlock.of(
+            tuple(
+                spec
+                for spec in specs
+                if spec.group == cols.GROUPS[0] and spec.type == "integer" and spec.enum is None
+            )
         ),
     )
 
@@ -177,18 +179,22 @@ def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = Tr
     if not rules.envelope_ok(message):
         _validate(rules.envelope, message)
     read: dict[str, Any] = {name: message[name] for name in HEADER_FIELDS}
+    groups = {group: message.get(group) or {} for group in cols.GROUPS}
     present = []
     for spec in rules.specs:
-        values = message.get(spec.group, {}).get(spec.name)
+        values = groups[spec.group].get(spec.name)
         if values is not None:
             present.append((spec, values))
-    _check_lengths({spec.path: len(values) for spec, values in present}, rules.max_items)
+    sizes = {len(values) for _, values in present}
+    if len(sizes) != 1 or not 1 <= min(sizes) <= rules.max_items:
+        _check_lengths({spec.path: len(values) for spec, values in present}, rules.max_items)
     left = present
     if not bools_possible:  # the common case: every integer column in one conversion
-        ops = message[cols.GROUPS[0]]
-        block = cols.read_integer_block(rules.block, [ops[spec.name] for spec in rules.block])
+        ops = groups[cols.GROUPS[0]]
+        specs = rules.block.specs
+        block = rules.block.read([ops[spec.name] for spec in specs])
         if block is not None:
-            read.update((spec.name, row) for spec, row in zip(rules.block, block, strict=True))
+            read.update((spec.name, row) for spec, row in zip(specs, block, strict=True))
             left = [(spec, values) for spec, values in present if spec.name not in read]
     for spec, values in left:  # in schema order: the first fault found is the one named
         read[spec.name] = cols.read_column(spec, values, bools_possible=bools_possible)

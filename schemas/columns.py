@@ -133,45 +133,49 @@ def read_column(spec: ColumnSpec, values: list[Any], *, bools_possible: bool = T
     return check_column(spec, column)
 
 
-def read_integer_block(
-    specs: tuple[ColumnSpec, ...], values: Sequence[list[Any]]
-) -> np.ndarray | None:
-    """Equal-length integer columns converted and bound-checked in one go, for a
-    document with no ``true``/``false`` literal (as :func:`read_column` with
-    ``bools_possible=False``): a (column, record) int64 array whose rows are the
-    columns, or None when any item is not an in-range integer. The caller then reads
-    column by column, which names the fault; this only says yes quickly.
+@dataclass(frozen=True, eq=False)
+class IntegerBlock:
+    """Equal-length plain integer columns read and bound-checked in one go.
 
-    One C conversion and one comparison over all columns instead of a dozen numpy calls
-    per column: per-call overhead, not arithmetic, is what small batches pay for.
+    For a document with no ``true``/``false`` literal (as :func:`read_column` with
+    ``bools_possible=False``). One C conversion and one comparison over all columns
+    instead of a dozen numpy calls per column: per-call overhead, not arithmetic, is
+    what small batches pay for.
     """
-    lower, upper = _block_bounds(specs)
-    try:
-        converted = array.array("q", list(itertools.chain.from_iterable(values)))
-    except (TypeError, OverflowError):
-        return None
-    block = np.frombuffer(converted, dtype=np.int64).reshape(len(values), -1)
-    if bool((block < lower).any()) or bool((block > upper).any()):
-        return None
-    return block
 
+    specs: tuple[ColumnSpec, ...]
+    lower: np.ndarray  # (column, 1) int64
+    upper: np.ndarray  # (column, 1) int64
 
-@cache
-def _block_bounds(specs: tuple[ColumnSpec, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(column, 1) arrays of each column's bounds (int64 limits where the schema has none)."""
-    info = np.iinfo(np.int64)
-    for spec in specs:
-        if spec.type != "integer" or spec.enum is not None:
-            raise ValueError(f"{spec.path}: not a plain integer column")
-        for bound in (spec.minimum, spec.maximum):
-            if bound is not None and type(bound) is not int:
-                raise ValueError(f"{spec.path}: bound {bound!r} is not an integer")
-    lower = [info.min if s.minimum is None else max(s.minimum, info.min) for s in specs]
-    upper = [info.max if s.maximum is None else min(s.maximum, info.max) for s in specs]
-    return (
-        np.array(lower, dtype=np.int64).reshape(-1, 1),
-        np.array(upper, dtype=np.int64).reshape(-1, 1),
-    )
+    @classmethod
+    def of(cls, specs: tuple[ColumnSpec, ...]) -> IntegerBlock:
+        info = np.iinfo(np.int64)
+        for spec in specs:
+            if spec.type != "integer" or spec.enum is not None:
+                raise ValueError(f"{spec.path}: not a plain integer column")
+            for bound in (spec.minimum, spec.maximum):
+                if bound is not None and type(bound) is not int:
+                    raise ValueError(f"{spec.path}: bound {bound!r} is not an integer")
+        lower = [info.min if s.minimum is None else max(s.minimum, info.min) for s in specs]
+        upper = [info.max if s.maximum is None else min(s.maximum, info.max) for s in specs]
+        return cls(
+            specs=specs,
+            lower=np.array(lower, dtype=np.int64).reshape(-1, 1),
+            upper=np.array(upper, dtype=np.int64).reshape(-1, 1),
+        )
+
+    def read(self, values: Sequence[list[Any]]) -> np.ndarray | None:
+        """A (column, record) int64 array whose rows are the columns ``values`` (in
+        ``specs`` order), or None when any item is not an in-range integer. The caller
+        then reads column by column, which names the fault; this only says yes quickly."""
+        try:
+            converted = array.array("q", list(itertools.chain.from_iterable(values)))
+        except (TypeError, OverflowError):
+            return None
+        block = np.frombuffer(converted, dtype=np.int64).reshape(len(values), -1)
+        if bool((block < self.lower).any()) or bool((block > self.upper).any()):
+            return None
+        return block
 
 
 def _read_numbers_fast(spec: ColumnSpec, values: list[Any]) -> np.ndarray | None:
