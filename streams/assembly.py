@@ -92,10 +92,21 @@ class AssembledStep:
         return float(ends[opt].max() if opt.any() else ends.max())
 
 
+@dataclass(frozen=True)
+class _Chunk:
+    """One batch's records of one step: its op columns and who sent them (expanded to
+    columns only when the step closes: three ``np.full`` per batch cost more than the
+    rest of filing it)."""
+
+    columns: dict[str, np.ndarray]
+    worker: Worker
+    rank: int
+
+
 @dataclass
 class _OpenStep:
     first_seen_ns: int
-    chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
+    chunks: list[_Chunk] = field(default_factory=list)
     received: dict[Worker, int] = field(default_factory=dict)
     declared: dict[Worker, int] = field(default_factory=dict)
     ended: set[Worker] = field(default_factory=set)
@@ -231,13 +242,10 @@ class StepAssembler:
                 continue
             open_step = self._open(job, step, now_ns)
             rows = order[lo:hi] if order is not None else slice(None)
-            chunk = {c: getattr(batch, c)[rows] for c in _COLUMNS}
-            chunk["dp_rank"] = np.full(hi - lo, worker[0], dtype=np.int64)
-            chunk["stage"] = np.full(hi - lo, worker[1], dtype=np.int64)
-            chunk["rank"] = np.full(hi - lo, batch.rank, dtype=np.int64)
-            open_step.chunks.append(chunk)
+            columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
+            open_step.chunks.append(_Chunk(columns, worker, batch.rank))
             open_step.received[worker] = open_step.received.get(worker, 0) + int(hi - lo)
-            if bool((chunk["optype"] == _OPTIMIZER).any()) and not batch.steps_done:
+            if not batch.steps_done and bool((columns["optype"] == _OPTIMIZER).any()):
                 open_step.ended.add(worker)
             touched.add(step)
         return touched
@@ -277,7 +285,7 @@ class StepAssembler:
             self.counters.steps_partial += 1
         else:
             self.counters.steps_complete += 1
-        columns, dups = _merge(open_step.chunks)
+        columns, dups = _merge(_concat(open_step.chunks))
         self.counters.duplicate_records += dups
         return _assembled(name, step, columns, partial, missing, job.layout)
 
@@ -294,9 +302,18 @@ def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np
     return order, ordered[bounds[:-1]], bounds
 
 
-def _merge(chunks: list[dict[str, np.ndarray]]) -> tuple[dict[str, np.ndarray], int]:
-    """Concatenate chunks and drop repeated (rank, optype, seq_id) records."""
-    columns = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
+def _concat(chunks: list[_Chunk]) -> dict[str, np.ndarray]:
+    """The chunks' records as one set of columns, with ``dp_rank``, ``stage`` and ``rank``."""
+    columns = {c: np.concatenate([ch.columns[c] for ch in chunks]) for c in _COLUMNS}
+    sizes = [ch.columns["step"].shape[0] for ch in chunks]
+    ids_CI = np.array([(*ch.worker, ch.rank) for ch in chunks], dtype=np.int64)
+    for i, name in enumerate(("dp_rank", "stage", "rank")):
+        columns[name] = np.repeat(ids_CI[:, i], sizes)
+    return columns
+
+
+def _merge(columns: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """Drop repeated (rank, optype, seq_id) records; the rest in canonical order."""
     first = _first_of_each_key(columns["rank"], columns["optype"], columns["seq_id"])
     dups = columns["rank"].size - first.size
     columns = {c: v[first] for c, v in columns.items()}
@@ -330,7 +347,7 @@ def step_from_columns(
 ) -> AssembledStep:
     """A complete step rebuilt from stored records (columns as in an op batch, plus
     ``dp_rank``, ``stage`` and ``rank``), in the same canonical order as a live one."""
-    merged, _ = _merge([columns])
+    merged, _ = _merge(columns)
     return _assembled(job, step, merged, False, (), layout)
 
 
