@@ -126,7 +126,11 @@ async def _send_all(broker: str, topic: str, encoded: list[tuple[bytes, bytes]])
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=broker, linger_ms=5, acks="all", max_request_size=8 * 1024 * 1024
+        bootstrap_servers=broker,
+        linger_ms=5,
+        acks="all",
+        max_request_size=8 * 1024 * 1024,
+        max_batch_size=1024 * 1024,  # the 16 KiB default holds one GEN message per request
     )
     await producer.start()
     try:

@@ -36,6 +36,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         consumer_max_fetch_size=settings.fetch_bytes,
         stream_buffer_maxsize=settings.stream_buffer,
+        broker_commit_interval=settings.commit_interval_s,
         stream_wait_empty=False,  # unacknowledged events wait for their steps, not rebalances
     )
     state = WorkerState(settings)
