@@ -69,8 +69,15 @@ class OpBatch:
     def columns(self) -> dict[str, np.ndarray]:
         """The columns that are present, by name (header fields left out)."""
         out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name not in HEADER_FIELDS and f.name != "steps_done" and value is not None:
-                out[f.name] = value
+        for name in _COLUMN_NAMES:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
         return out
+
+
+_COLUMN_NAMES: tuple[str, ...] = tuple(
+    f.name for f in fields(OpBatch) if f.name not in HEADER_FIELDS and f.name != "steps_done"
+)
+"""Column fields in declaration order (``dataclasses.fields`` per call was most of the
+cost of :meth:`OpBatch.columns`, which the raw-ops insert calls once per batch)."""
