@@ -24,6 +24,7 @@ from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.alerts import Alert, StragglerAlerts
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
 from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.jobs import JobBook
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.assembler = StepAssembler(self.assembly)
+        self.jobs = JobBook()
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message; bad input becomes a dead-letter row, never an exception."""
@@ -114,6 +116,8 @@ class Pipeline:
             added = self.assembler.add_batch(batch, now_ns)
         except (ValueError, TypeError) as exc:  # values the schema cannot express
             return self._dead_letter(data, source, now_ns, "bad-value", str(exc))
+        if added.fresh:
+            self.jobs.observe(batch)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((batch.job, step) for step in added.pending)
         if added.fresh and self.keep_ops:
@@ -126,8 +130,11 @@ class Pipeline:
     def restore(self, job: str, layout: tuple[int, int], history: JobHistory) -> None:
         """State of a job this process has not seen, from what was stored before (a
         restart or a partition moved here): its closed steps are late from now on, its
-        windows hold its latest analysed steps, its open alert stays open."""
+        windows hold its latest analysed steps, its open alert stays open, its jobs row
+        keeps when it was first seen and on which hosts."""
         self.assembler.restore_closed(job, layout, history.closed_steps)
+        if history.first_seen_ns is not None:
+            self.jobs.restore(job, history.first_seen_ns, history.hosts)
         restore = getattr(self.analyser, "restore", None)
         if restore is not None:
             restore(history.analysed)
@@ -137,6 +144,7 @@ class Pipeline:
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
         self.assembler.forget(job)
+        self.jobs.forget(job)
         forget = getattr(self.analyser, "forget", None)
         if forget is not None:
             forget(job)
@@ -149,7 +157,10 @@ class Pipeline:
 
     def flush(self, now_ns: int) -> Output:
         """Close every open step (end of replay or shutdown)."""
-        return self._rows_for(self.assembler.flush(), now_ns)
+        out = self._rows_for(self.assembler.flush(), now_ns)
+        for row in self.jobs.unwritten():
+            out.add("jobs", row)
+        return out
 
     def _rows_for(self, closed: list[AssembledStep], now_ns: int) -> Output:
         out = Output()
@@ -160,6 +171,9 @@ class Pipeline:
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
             out.messages.append(("steps", step.job, step_message(step, analysis)))
+            job_row = self.jobs.due(step.job)
+            if job_row is not None:
+                out.add("jobs", job_row)
             if analysis is not None:
                 self.steps_analysed += 1
                 self._alert(step, analysis, out)
@@ -193,6 +207,9 @@ class JobHistory:
     """The latest complete, analysed steps, rebuilt from the stored ops."""
     slowdowns: dict[int, float] = field(default_factory=dict)
     open_alert: str | None = None
+    first_seen_ns: int | None = None
+    """From the job's stored ``jobs`` rows (None when there are none)."""
+    hosts: frozenset[str] = frozenset()
 
 
 def alert_row(alert: Alert) -> dict[str, Any]:

@@ -33,6 +33,10 @@ _OPEN_ALERT = (
     "SELECT alert_id, state FROM alerts FINAL WHERE job = {job:String} AND kind = 'straggler' "
     "ORDER BY time DESC, state = 'resolved' DESC LIMIT 1"
 )
+_JOB = (
+    "SELECT count() AS n, toUnixTimestamp64Nano(min(first_seen)) AS first_seen_ns, "
+    "groupUniqArrayArray(hosts) AS hosts FROM jobs WHERE job = {job:String}"
+)
 _COLUMNS = (
     *("step", "rank", "dp_rank", "stage", "optype", "seq_id"),
     *("mb_id", "chunk", "gmc", "start_ns", "duration_ns"),
@@ -56,11 +60,14 @@ def load_history(
     steps = [s for s, _ in analysed[:window]]
     alert = store.query(_OPEN_ALERT, {"job": job})
     open_alert = alert[0]["alert_id"] if alert and alert[0]["state"] == "firing" else None
+    stored_job: dict[str, Any] = next(iter(store.query(_JOB, {"job": job})), {"n": 0, "hosts": []})
     return JobHistory(
         closed_steps=closed,
         analysed=_rebuild(store, job, steps, layout) if steps else [],
         slowdowns=slowdowns,
         open_alert=open_alert,
+        first_seen_ns=int(stored_job["first_seen_ns"]) if stored_job["n"] else None,
+        hosts=frozenset(stored_job["hosts"]),
     )
 
 

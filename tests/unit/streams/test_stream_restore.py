@@ -73,3 +73,30 @@ def test_restart_from_stored_state_matches_an_uninterrupted_run() -> None:
     assert [(a["alert_id"], a["state"]) for a in alerts] == [
         (a["alert_id"], a["state"]) for a in whole.rows.get("alerts", [])
     ]
+
+
+def test_a_restart_past_the_first_batches_keeps_the_jobs_first_seen() -> None:
+    trace, meta = generate_trace(CFG)
+    messages = [encode_ops(b.batch) for b in replay_batches(trace, meta, "j", 10**18)]
+    whole = feed(pipeline(), messages)
+    cut = len(messages) // 2 + 1
+    before = feed(pipeline(), messages[:cut])
+    first_row = before.rows["jobs"][0]
+    restarted = pipeline()
+    restarted.restore(
+        "j",
+        (meta.dp_size, meta.pp_size),
+        JobHistory(
+            first_seen_ns=int(first_row["first_seen"].timestamp() * 1e9),
+            hosts=frozenset(first_row["hosts"]),
+        ),
+    )
+    after = feed(restarted, messages[cut:])  # committed up to the cut: not re-delivered
+    final = max(after.rows["jobs"], key=lambda r: r["version"])
+    expected = max(whole.rows["jobs"], key=lambda r: r["version"])
+    assert {**final, "last_seen": None, "version": None} == {
+        **expected,
+        "last_seen": None,
+        "version": None,
+    }
+    assert feed(pipeline(), messages[cut:]).rows["jobs"][0]["first_seen"] > final["first_seen"]
