@@ -12,6 +12,7 @@ shared config file has a ``[worker]`` section):
 - ``RANKWATCH_FETCH_WAIT_MS``: longest a fetch waits at the broker for new data (50)
 - ``RANKWATCH_TICK_S``: seconds between stores of the buffer (and grace checks), 1
 - ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session timeout (default 30)
+- ``RANKWATCH_COMMIT_INTERVAL_S``: how often stored offsets are committed (default 1)
 - ``RANKWATCH_KEEP_OPS``: ``0`` to not store raw op records (windows are then not
   restored after a restart)
 
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         fetch_wait_ms=int(_number(env, "RANKWATCH_FETCH_WAIT_MS", 50)),
         tick_s=_number(env, "RANKWATCH_TICK_S", 1.0),
         session_timeout_s=_number(env, "RANKWATCH_SESSION_TIMEOUT_S", 30.0),
+        commit_interval_s=_number(env, "RANKWATCH_COMMIT_INTERVAL_S", 1.0),
         status_file=args.status_file or env.get("RANKWATCH_STATUS_FILE") or None,
     )
     app, _state = build_app(settings)

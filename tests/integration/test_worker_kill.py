@@ -49,7 +49,10 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     dsn = f"chdb://{tmp_path / 'chdb'}"
     half = len(batches) // 2 + 3  # step 16 open: three of its eight batches sent
 
-    worker = WorkerProcess(kafka_broker, prefix, dsn, artifacts_dir, "first")
+    # no commit before the kill, whatever the timing: the restart must re-read stored steps
+    worker = WorkerProcess(
+        kafka_broker, prefix, dsn, artifacts_dir, "first", RANKWATCH_COMMIT_INTERVAL_S="600"
+    )
     try:
         publish(kafka_broker, batches[:half], topic=topic)
         worker.wait_for(lambda s: s.get("steps_analysed", 0) >= 8, 90, "steps stored")
@@ -70,6 +73,9 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     with Store.connect(dsn) as store:
         rows = store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY step")
         stored_alerts = store.query("SELECT alert_id, state FROM alerts FINAL ORDER BY time")
+        jobs = store.query(
+            "SELECT job, world_size, toUnixTimestamp64Milli(first_seen) AS first_ms FROM jobs FINAL"
+        )
     assert len(rows) == len(expected) == 32  # no duplicates, even unmerged
     for row in rows:
         want = expected[(row["job"], row["step"])]
@@ -77,3 +83,7 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
         for name in STEP_FIELDS[1:]:
             assert row[name] == pytest.approx(want[name], rel=1e-12, abs=1e-12), (row, want)
     assert [(a["alert_id"], a["state"]) for a in stored_alerts] == alerts  # one per episode
+    # the jobs row: the restarted worker kept when the job was first seen
+    first_ns = min(int(b.batch.start_ns.min()) for b in batches)
+    assert [(j["job"], j["world_size"]) for j in jobs] == [("job-st", 8)]
+    assert jobs[0]["first_ms"] == first_ns // 10**6
