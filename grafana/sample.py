@@ -3,7 +3,8 @@
 The step tables are filled the real way: a generated PP x DP trace (a straggling worker,
 a slow last stage) replayed as the hooks would send it, through the worker's pipeline
 and what-if analyser, with one rank's last batch held back so the last step closes as
-partial; the raw ops go in through :meth:`Store.insert_ops`. Two hangs (one recovered,
+partial, and the pipeline writes the ``jobs`` row (sizes, hosts); the raw ops go in
+through :meth:`Store.insert_ops`. Two hangs (one recovered,
 one open) come from the real hang service fed heartbeats and stack dumps. Minder scores,
 faulty machines and straggler / machine alerts have no producer wired to the tables
 yet, so a few realistic rows are written for them directly. Times are laid just before
@@ -65,31 +66,11 @@ def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
     world = meta.dp_size * meta.pp_size
     hosts = [f"host-{i}" for i in range((world + RANKS_PER_HOST - 1) // RANKS_PER_HOST)]
     at = datetime.fromtimestamp(origin / 1e9, tz=UTC)
-    store.insert("jobs", [_job_row(job, meta.dp_size, meta.pp_size, hosts, at, now_ns)])
     steps = sorted({int(s) for s in trace.step.tolist()})
     open_hang = _run_hangs(store, job, hosts, origin, steps)
     _fill_machines(store, job, hosts, at, now_ns)
     _fill_alerts(store, job, at)
     return Sample(job, len(steps), 1, world, steps[0], steps[-1], open_hang)
-
-
-def _job_row(
-    job: str, dp: int, pp: int, hosts: list[str], at: datetime, version: int
-) -> dict[str, object]:
-    return {
-        "job": job,
-        "dp_size": dp,
-        "pp_size": pp,
-        "tp_size": 1,
-        "cp_size": 1,
-        "vpp_size": 1,
-        "world_size": dp * pp,
-        "schedule": "1f1b",
-        "hosts": hosts,
-        "first_seen": at,
-        "last_seen": at + timedelta(seconds=SPAN_S),
-        "version": version,
-    }
 
 
 def _run_hangs(store: Store, job: str, hosts: list[str], origin_ns: int, steps: list[int]) -> str:
