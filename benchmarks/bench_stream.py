@@ -52,22 +52,28 @@ from rankwatch.traceio import read_meta, read_trace
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
 
 
-def core(batches: list[ReplayedBatch], trace: Any, meta: Any) -> dict[str, float]:
+def core(batches: list[ReplayedBatch], trace: Any, meta: Any, repeat: int = 3) -> dict[str, float]:
+    """Best of ``repeat`` runs each (a fresh pipeline each time): single runs of well
+    under a second swung by 1.5x on this shared VM."""
     messages = [encode_ops(b.batch) for b in batches]
-    pipeline = Pipeline(
-        assembly=AssemblyConfig(grace_s=1e9),
-        analyser=WhatIfAnalyser(),
-        alerts=StragglerAlerts(),
-        keep_ops=True,
-    )
-    t0, c0 = time.perf_counter(), time.process_time()
-    for m in messages:
-        pipeline.on_message(m, Source("ops"), 0)
-    pipeline.flush(0)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    t0 = time.perf_counter()
-    analyse(trace, meta)
-    offline = time.perf_counter() - t0
+    walls, cpus, offlines = [], [], []
+    for _ in range(repeat):
+        pipeline = Pipeline(
+            assembly=AssemblyConfig(grace_s=1e9),
+            analyser=WhatIfAnalyser(),
+            alerts=StragglerAlerts(),
+            keep_ops=True,
+        )
+        t0, c0 = time.perf_counter(), time.process_time()
+        for m in messages:
+            pipeline.on_message(m, Source("ops"), 0)
+        pipeline.flush(0)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+        t0 = time.perf_counter()
+        analyse(trace, meta)
+        offlines.append(time.perf_counter() - t0)
+    wall, cpu, offline = min(walls), min(cpus), min(offlines)
     records = sum(len(b.batch) for b in batches)
     return {
         "records": records,
@@ -153,13 +159,16 @@ def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) 
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
         )
+        t0 = time.monotonic()
         last_sent = asyncio.run(_paced(broker, topic, batches, rate))
+        achieved = sum(len(b.batch) for b in batches) / (time.monotonic() - t0)
         announced = asyncio.run(_announced(broker, f"{prefix}.steps", len(last_sent), 120))
     finally:
         worker.stop()
     lat = sorted(announced[k] - last_sent[k] for k in announced if k in last_sent)
     return {
         "rate_records_per_s": rate,
+        "achieved_records_per_s": achieved,
         "steps": len(lat),
         "p50_s": statistics.median(lat) if lat else None,
         "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
