@@ -60,6 +60,7 @@ _ENV = {
     "RANKWATCH_CLICKHOUSE": ("clickhouse", "dsn"),
     "RANKWATCH_DATABASE": ("clickhouse", "database"),
     "RANKWATCH_GRACE_S": ("assembly", "grace_s"),
+    "RANKWATCH_LATE": ("assembly", "late"),
 }
 
 
@@ -102,4 +103,7 @@ def _apply_section(section: Any, values: Mapping[str, Any], origin: str) -> Any:
             changes[key] = types[key](value)
         except (TypeError, ValueError) as exc:
             raise UserError(f"{origin}: {key} must be {types[key].__name__}: {value!r}") from exc
-    return replace(section, **changes)
+    try:
+        return replace(section, **changes)
+    except ValueError as exc:  # the section's own checks (e.g. a value out of range)
+        raise UserError(f"{origin}: {exc}") from exc

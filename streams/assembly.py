@@ -15,7 +15,10 @@ expected worker finished it, *partial* when the grace period ran out first.
 Idempotence: a batch seen before (same rank and batch_seq) is a duplicate and is
 skipped whole; records repeated across batches collapse on (rank, optype,
 seq_id) when the step is closed. Batches for a step that was already closed are
-*late*: counted and dropped. A closed step's records come out in one canonical order
+*late*: counted, and dropped or (``AssemblyConfig.late = "reanalyse"``) filed into
+one of the job's recently closed *partial* steps, whose records are kept for this:
+when a late batch completes such a step, it closes again, complete, and is analysed
+(its row replaces the partial one). A closed step's records come out in one canonical order
 (by rank, op type, seq_id) whatever order they arrived in, so a step rebuilt from the
 stored ops after a restart is the same array, bit for bit, as the live one.
 
@@ -37,6 +40,7 @@ from rankwatch.schemas.optypes import CODE
 from rankwatch.sim.trace import Trace
 
 _OPTIMIZER = CODE["optimizer"]
+LATE_POLICIES = ("drop", "reanalyse")
 _COLUMNS = ("step", "optype", "seq_id", "mb_id", "chunk", "gmc", "start_ns", "duration_ns")
 
 Worker = tuple[int, int]
@@ -51,6 +55,18 @@ class AssemblyConfig:
     """Per job; beyond it the oldest open step is closed as partial (bounded memory)."""
     closed_memory: int = 4096
     """How many closed step ids per job are remembered to recognise late batches."""
+    late: str = "drop"
+    """A batch of a closed step: ``drop`` it (counted), or ``reanalyse``: file it into
+    the step if it closed partial not long ago, and close the step again, complete,
+    once every worker is in. Only in memory: a restart forgets the kept steps."""
+    reopen_memory: int = 8
+    """Per job, the latest partial steps kept for late batches (``late = "reanalyse"``)."""
+
+    def __post_init__(self) -> None:
+        if self.late not in LATE_POLICIES:
+            raise ValueError(f"late must be one of {', '.join(LATE_POLICIES)}, got {self.late!r}")
+        if self.reopen_memory < 0:
+            raise ValueError(f"reopen_memory must be >= 0, got {self.reopen_memory}")
 
 
 @dataclass
@@ -65,6 +81,10 @@ class AssemblyCounters:
     """Records of tp/cp peers (not tp0/cp0), not needed for the analysis."""
     steps_complete: int = 0
     steps_partial: int = 0
+    late_kept_batches: int = 0
+    """Late batches filed into a kept partial step (``late = "reanalyse"``)."""
+    steps_reanalysed: int = 0
+    """Partial steps that late batches completed, closed again."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +144,8 @@ class _Job:
     layout: tuple[int, int]
     open: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
     closed: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    kept: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
+    """Partial steps whose records wait for late batches (``late = "reanalyse"``)."""
     seen_batches: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
     expected: frozenset[Worker] = field(init=False)
 
@@ -170,8 +192,9 @@ class StepAssembler:
         worker = (batch.dp_rank, batch.pp_rank)
         touched = self._file_records(job, batch, worker, now_ns)
         self._file_step_ends(job, batch, worker, now_ns, touched)
-        done = [s for s in sorted(touched) if job.open[s].complete(job.expected)]
+        done = [s for s in sorted(touched) if s in job.open and job.open[s].complete(job.expected)]
         closed = [self._close(batch.job, job, s, partial=False) for s in done]
+        closed += self._reclose_completed(batch.job, job, touched)
         closed += self._evict_overflow(batch.job, job)
         pending = tuple(s for s in sorted(touched) if s in job.open)
         return Added(closed, pending, fresh=True)
@@ -236,11 +259,11 @@ class StepAssembler:
         order, uniq, bounds = _group_by_step(batch.step)
         touched: set[int] = set()
         for step, lo, hi in zip(uniq.tolist(), bounds[:-1], bounds[1:], strict=True):
-            if step in job.closed:
+            open_step = self._target(job, step, now_ns)
+            if open_step is None:
                 self.counters.late_batches += 1
                 self.counters.late_records += int(hi - lo)
                 continue
-            open_step = self._open(job, step, now_ns)
             rows = order[lo:hi] if order is not None else slice(None)
             columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
             open_step.chunks.append(_Chunk(columns, worker, batch.rank))
@@ -254,12 +277,31 @@ class StepAssembler:
         self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int, touched: set[int]
     ) -> None:
         for step, n_ops in batch.steps_done:
-            if step in job.closed:
+            open_step = self._target(job, step, now_ns)
+            if open_step is None:
                 continue
-            open_step = self._open(job, step, now_ns)
             open_step.ended.add(worker)
             open_step.declared[worker] = n_ops
             touched.add(step)
+
+    def _target(self, job: _Job, step: int, now_ns: int) -> _OpenStep | None:
+        """Where records of ``step`` go: its open step, the kept partial step it closed
+        as (late, re-analysed), or nowhere (late, dropped)."""
+        if step not in job.closed:
+            return self._open(job, step, now_ns)
+        kept = job.kept.get(step)
+        if kept is not None:
+            self.counters.late_kept_batches += 1
+        return kept
+
+    def _reclose_completed(self, name: str, job: _Job, touched: set[int]) -> list[AssembledStep]:
+        out = []
+        for step in sorted(s for s in touched if s in job.kept):
+            if job.kept[step].complete(job.expected):
+                self.counters.steps_reanalysed += 1
+                kept = job.kept.pop(step)
+                out.append(self._assemble(name, job, step, kept, (), count_duplicates=False))
+        return out
 
     def _open(self, job: _Job, step: int, now_ns: int) -> _OpenStep:
         open_step = job.open.get(step)
@@ -280,14 +322,33 @@ class StepAssembler:
         while len(job.closed) > self.config.closed_memory:
             job.closed.popitem(last=False)
         missing = tuple(sorted(job.expected - open_step.done_workers())) if partial else ()
-        partial = bool(missing)
-        if partial:
+        if missing:
             self.counters.steps_partial += 1
+            self._keep(job, step, open_step)
         else:
             self.counters.steps_complete += 1
+        return self._assemble(name, job, step, open_step, missing)
+
+    def _keep(self, job: _Job, step: int, open_step: _OpenStep) -> None:
+        if self.config.late != "reanalyse" or self.config.reopen_memory == 0:
+            return
+        job.kept[step] = open_step
+        while len(job.kept) > self.config.reopen_memory:
+            job.kept.popitem(last=False)
+
+    def _assemble(
+        self,
+        name: str,
+        job: _Job,
+        step: int,
+        open_step: _OpenStep,
+        missing: tuple[Worker, ...],
+        count_duplicates: bool = True,
+    ) -> AssembledStep:
         columns, dups = _merge(_concat(open_step.chunks))
-        self.counters.duplicate_records += dups
-        return _assembled(name, step, columns, partial, missing, job.layout)
+        if count_duplicates:  # a re-closed step's were counted when it first closed
+            self.counters.duplicate_records += dups
+        return _assembled(name, step, columns, bool(missing), missing, job.layout)
 
 
 def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:

@@ -24,6 +24,7 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert config.kafka.bootstrap == "k2:9092"
     assert config.kafka.group == "g"
     assert config.assembly.grace_s == 7.5
+    assert load_config(env={"RANKWATCH_LATE": "reanalyse"}).assembly.late == "reanalyse"
 
 
 @pytest.mark.parametrize(
@@ -32,6 +33,7 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
         ("[nope]\nx = 1\n", "unknown config section [nope]"),
         ("[kafka]\nbootsrap = 'x'\n", "unknown key 'bootsrap'"),
         ("[assembly]\ngrace_s = 'soon'\n", "grace_s must be float"),
+        ("[assembly]\nlate = 'retry'\n", "late must be one of drop, reanalyse"),
         ("[kafka\n", "cannot read config"),
     ],
 )

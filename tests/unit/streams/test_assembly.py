@@ -166,3 +166,63 @@ def test_dedup_key_order_is_the_tuple_order() -> None:
         stacked = np.stack([rank, optype, seq_id], axis=1)
         _, want = np.unique(stacked, axis=0, return_index=True)
         np.testing.assert_array_equal(_first_of_each_key(rank, optype, seq_id), want)
+
+
+REANALYSE = AssemblyConfig(grace_s=1, late="reanalyse")
+
+
+def test_reanalyse_a_late_batch_completes_the_partial_step_it_was_missing_from() -> None:
+    on_time = StepAssembler()
+    on_time.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    (expected,) = on_time.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=0)
+
+    asm = StepAssembler(REANALYSE)
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    (partial,) = asm.expire(now_ns=2 * S)
+    assert partial.partial and partial.missing_workers == ((0, 1),)
+    (again,) = asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=3 * S)
+    assert (again.step, again.partial, again.missing_workers) == (1, False, ())
+    for name in ("rank", "optype", "seq_id", "start_ts", "duration"):
+        np.testing.assert_array_equal(getattr(again.trace, name), getattr(expected.trace, name))
+    assert again.t_base == expected.t_base
+    c = asm.counters
+    assert (c.steps_partial, c.steps_reanalysed, c.late_kept_batches, c.late_batches) == (
+        1,
+        1,
+        1,
+        0,
+    )
+    # once complete, the step is closed for good: a further late batch is dropped
+    assert asm.add(make_batch(worker_step(1, 1, 0.0), pp=1, seq=9), now_ns=4 * S) == []
+    assert asm.counters.late_batches == 1
+
+
+def test_reanalyse_waits_until_every_missing_worker_is_in() -> None:
+    asm = StepAssembler(AssemblyConfig(grace_s=1, late="reanalyse"))
+    layout = (2, 2)
+    asm.add(make_batch(worker_step(1, 0, 0.0), layout=layout), now_ns=0)
+    (partial,) = asm.expire(now_ns=2 * S)
+    assert len(partial.missing_workers) == 3
+    for dp, pp in ((0, 1), (1, 0)):
+        assert (
+            asm.add(make_batch(worker_step(1, pp, 0.0), dp=dp, pp=pp, layout=layout), 3 * S) == []
+        )
+    (again,) = asm.add(make_batch(worker_step(1, 1, 0.0), dp=1, pp=1, layout=layout), 3 * S)
+    assert not again.partial and again.n_ops == 12
+    assert list(asm.open_steps()) == []
+
+
+def test_reanalyse_keeps_only_the_latest_partial_steps() -> None:
+    asm = StepAssembler(AssemblyConfig(grace_s=1, late="reanalyse", reopen_memory=2))
+    for step in (1, 2, 3):
+        asm.add(make_batch(worker_step(step, 0, step * 10.0), pp=0, seq=step), now_ns=0)
+    assert len(asm.expire(now_ns=2 * S)) == 3
+    assert asm.add(make_batch(worker_step(1, 1, 10.0), pp=1, seq=1), 3 * S) == []  # evicted
+    assert asm.counters.late_batches == 1
+    (again,) = asm.add(make_batch(worker_step(3, 1, 30.0), pp=1, seq=3), 3 * S)
+    assert again.step == 3 and not again.partial
+
+
+def test_an_unknown_late_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="late must be one of drop, reanalyse"):
+        AssemblyConfig(late="retry")

@@ -11,6 +11,7 @@ import pytest
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.analyser import WhatIfAnalyser
+from rankwatch.streams.assembly import AssemblyConfig
 from rankwatch.streams.pipeline import Output, Pipeline, Source
 from rankwatch.streams.replay import replay_batches
 
@@ -82,3 +83,30 @@ def test_a_step_announced_is_the_step_stored() -> None:
     stored = {(r["step"], r["t_base"]) for r in out.rows["steps"]}
     announced = {(m["step"], m["t_base"]) for kind, _, m in out.messages if kind == "steps"}
     assert announced == stored
+
+
+def test_a_late_batch_turns_a_partial_row_into_the_analysed_one_when_configured() -> None:
+    """One rank's batch of step 2 arrives after the grace period: with ``late =
+    "reanalyse"`` the step's final row (latest version) is the one an on-time run gives."""
+    messages = replayed_messages()
+    on_time = {
+        r["step"]: r for r in run(Pipeline(analyser=WhatIfAnalyser()), messages).rows["steps"]
+    }
+    held = next(i for i, m in enumerate(messages) if set(orjson.loads(m)["ops"]["step"]) == {2})
+    rest = messages[:held] + messages[held + 1 :]
+    for late, expect_complete in (("drop", False), ("reanalyse", True)):
+        pipeline = Pipeline(
+            assembly=AssemblyConfig(grace_s=1.0, late=late), analyser=WhatIfAnalyser()
+        )
+        out = Output()
+        for i, data in enumerate(rest):
+            out.extend(pipeline.on_message(data, SOURCE, now_ns=i))
+        out.extend(pipeline.on_tick(now_ns=10**10))  # grace over: step 2 closes partial
+        out.extend(pipeline.on_message(messages[held], SOURCE, now_ns=2 * 10**10))
+        rows = [r for r in out.rows["steps"] if r["step"] == 2]
+        final = max(rows, key=lambda r: r["version"])
+        assert rows[0]["partial"] == 1
+        assert (final["partial"] == 0) is expect_complete, late
+        if expect_complete:
+            for name in ("t_base", "t_sim", "t_ideal", "slowdown"):
+                assert final[name] == pytest.approx(on_time[2][name], rel=1e-12), name
