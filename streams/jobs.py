@@ -18,11 +18,12 @@ hosts back through :meth:`JobBook.restore`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.streams.assembly import AssembledStep
 
 REFRESH_NS = 60 * 10**9
 """At most one row per job per minute of op time when only ``last_seen`` moved."""
@@ -71,38 +72,46 @@ class JobFacts:
         }
 
 
-def facts_of(batch: OpBatch) -> JobFacts | None:
-    """One batch's view of its job (None for a batch without ops)."""
-    if len(batch) == 0:
-        return None
-    return JobFacts(
-        job=batch.job,
-        dp_size=batch.dp_size,
-        pp_size=batch.pp_size,
-        tp_size=batch.tp_rank + 1,
-        cp_size=batch.cp_rank + 1,
-        vpp_size=max(int(batch.chunk.max()) + 1, 1),
-        max_rank=batch.rank,
-        hosts=frozenset((batch.host,)),
-        first_seen_ns=int(batch.start_ns.min()),
-        last_seen_ns=int((batch.start_ns + batch.duration_ns).max()),
-    )
+@dataclass(slots=True)
+class _Seen:
+    """What a job's batches said so far; updated in place (it runs for every batch)."""
 
+    dp_size: int = 0
+    pp_size: int = 0
+    tp_size: int = 0
+    cp_size: int = 0
+    vpp_size: int = 1
+    max_rank: int = 0
+    hosts: set[str] = field(default_factory=set)
+    first_seen_ns: int | None = None
+    last_seen_ns: int | None = None
 
-def merge(a: JobFacts, b: JobFacts) -> JobFacts:
-    """What two views of the same job say together."""
-    return replace(
-        a,
-        dp_size=max(a.dp_size, b.dp_size),
-        pp_size=max(a.pp_size, b.pp_size),
-        tp_size=max(a.tp_size, b.tp_size),
-        cp_size=max(a.cp_size, b.cp_size),
-        vpp_size=max(a.vpp_size, b.vpp_size),
-        max_rank=max(a.max_rank, b.max_rank),
-        hosts=a.hosts if b.hosts <= a.hosts else a.hosts | b.hosts,
-        first_seen_ns=min(a.first_seen_ns, b.first_seen_ns),
-        last_seen_ns=max(a.last_seen_ns, b.last_seen_ns),
-    )
+    def take(self, batch: OpBatch) -> None:
+        """Header fields only: this runs for every batch (the columns are read per step)."""
+        self.dp_size = max(self.dp_size, batch.dp_size)
+        self.pp_size = max(self.pp_size, batch.pp_size)
+        self.tp_size = max(self.tp_size, batch.tp_rank + 1)
+        self.cp_size = max(self.cp_size, batch.cp_rank + 1)
+        self.max_rank = max(self.max_rank, batch.rank)
+        if batch.host not in self.hosts:
+            self.hosts.add(batch.host)
+
+    def take_step(self, step: AssembledStep) -> None:
+        trace = step.trace
+        if len(trace) == 0:
+            return
+        self.vpp_size = max(self.vpp_size, int(trace.mc.max()) + 1)
+        end_s = float((trace.start_ts + trace.duration).max())
+        first, last = step.start_ns, step.start_ns + round(end_s * 1e9)
+        self.first_seen_ns = first if self.first_seen_ns is None else min(self.first_seen_ns, first)
+        self.last_seen_ns = last if self.last_seen_ns is None else max(self.last_seen_ns, last)
+
+    def facts(self, job: str) -> JobFacts:
+        assert self.first_seen_ns is not None and self.last_seen_ns is not None
+        return JobFacts(
+            job, self.dp_size, self.pp_size, self.tp_size, self.cp_size, self.vpp_size,
+            self.max_rank, frozenset(self.hosts), self.first_seen_ns, self.last_seen_ns,
+        )  # fmt: skip
 
 
 @dataclass
@@ -110,23 +119,26 @@ class JobBook:
     """Per job: what is known, and what the last row written said."""
 
     refresh_ns: int = REFRESH_NS
-    _facts: dict[str, JobFacts] = field(default_factory=dict)
+    _seen: dict[str, _Seen] = field(default_factory=dict)
     _written: dict[str, JobFacts] = field(default_factory=dict)
-    _restored: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
 
     def observe(self, batch: OpBatch) -> None:
         """Take in an accepted batch."""
-        seen = facts_of(batch)
+        seen = self._seen.get(batch.job)
         if seen is None:
-            return
-        known = self._facts.get(batch.job)
-        self._facts[batch.job] = merge(known, seen) if known is not None else self._first(seen)
+            seen = self._seen[batch.job] = _Seen()
+        seen.take(batch)
 
-    def due(self, job: str) -> dict[str, Any] | None:
-        """The job's row if one is due (call when one of its steps closes)."""
-        facts = self._facts.get(job)
-        if facts is None:
+    def due(self, step: AssembledStep) -> dict[str, Any] | None:
+        """Take in a closed step; its job's row if one is due."""
+        job = step.job
+        seen = self._seen.get(job)
+        if seen is None:
             return None
+        seen.take_step(step)
+        if seen.first_seen_ns is None:
+            return None
+        facts = seen.facts(job)
         last = self._written.get(job)
         if last is not None and not self._worth_a_row(last, facts):
             return None
@@ -135,26 +147,24 @@ class JobBook:
 
     def unwritten(self) -> list[dict[str, Any]]:
         """Rows of every job that moved since its last row (at shutdown or end of replay)."""
-        stale = [f for job, f in self._facts.items() if self._written.get(job) != f]
-        self._written.update((f.job, f) for f in stale)
-        return [f.row() for f in stale]
+        rows = []
+        for job, seen in self._seen.items():
+            if seen.first_seen_ns is None:
+                continue
+            facts = seen.facts(job)
+            if self._written.get(job) != facts:
+                self._written[job] = facts
+                rows.append(facts.row())
+        return rows
 
     def restore(self, job: str, first_seen_ns: int, hosts: frozenset[str]) -> None:
         """What the store holds for a job this process has not seen yet."""
-        self._restored[job] = (first_seen_ns, hosts)
+        if job not in self._seen:
+            self._seen[job] = _Seen(hosts=set(hosts), first_seen_ns=first_seen_ns)
 
     def forget(self, job: str) -> None:
-        for book in (self._facts, self._written, self._restored):
-            book.pop(job, None)
-
-    def _first(self, seen: JobFacts) -> JobFacts:
-        stored = self._restored.pop(seen.job, None)
-        if stored is None:
-            return seen
-        first_seen_ns, hosts = stored
-        return replace(
-            seen, first_seen_ns=min(first_seen_ns, seen.first_seen_ns), hosts=seen.hosts | hosts
-        )
+        self._seen.pop(job, None)
+        self._written.pop(job, None)
 
     def _worth_a_row(self, last: JobFacts, now: JobFacts) -> bool:
         moved = now.last_seen_ns - last.last_seen_ns >= self.refresh_ns

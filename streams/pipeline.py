@@ -171,7 +171,7 @@ class Pipeline:
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
             out.messages.append(("steps", step.job, step_message(step, analysis)))
-            job_row = self.jobs.due(step.job)
+            job_row = self.jobs.due(step)
             if job_row is not None:
                 out.add("jobs", job_row)
             if analysis is not None:
