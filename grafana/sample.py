@@ -4,10 +4,11 @@ The step tables are filled the real way: a generated PP x DP trace (a straggling
 a slow last stage) replayed as the hooks would send it, through the worker's pipeline
 and what-if analyser, with one rank's last batch held back so the last step closes as
 partial, and the pipeline writes the ``jobs`` row (sizes, hosts); the raw ops go in
-through :meth:`Store.insert_ops`. Two hangs (one recovered,
-one open) come from the real hang service fed heartbeats and stack dumps. Minder scores,
-faulty machines and straggler / machine alerts have no producer wired to the tables
-yet, so a few realistic rows are written for them directly. Times are laid just before
+through :meth:`Store.insert_ops`. Two hangs (one recovered, one open) come from the
+real hang service fed heartbeats and stack dumps. Minder scores, faulty machines and
+the straggler / machine alerts are written directly, a few realistic rows each: their
+producers (the Minder worker, the alert episodes) need a metrics stream and a longer
+run than a sample should take. Times are laid just before
 ``now_ns`` so they stay inside the tables' TTL; the hang service runs with short
 thresholds (seconds, not minutes) to keep the timeline compact.
 """
