@@ -207,6 +207,8 @@ class JobHistory:
     """The latest complete, analysed steps, rebuilt from the stored ops."""
     slowdowns: dict[int, float] = field(default_factory=dict)
     open_alert: str | None = None
+    last_alert: dict[str, Any] | None = None
+    """The job's latest stored straggler alert, as its ``alerts`` message."""
     first_seen_ns: int | None = None
     """From the job's stored ``jobs`` rows (None when there are none)."""
     hosts: frozenset[str] = frozenset()

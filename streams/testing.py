@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from rankwatch.schemas.codec import encode_ops
+from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.streams.alerts import StragglerAlerts
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.assembly import AssemblyConfig
@@ -110,6 +110,29 @@ async def _lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     finally:
         await consumer.stop()
         await admin.close()
+
+
+async def read_topic(
+    bootstrap: str, topic: str, kind: str, want: int, timeout_s: float
+) -> list[dict[str, Any]]:
+    """Decoded messages of ``topic`` from its start: ``want`` of them, or what came in
+    ``timeout_s``."""
+    from aiokafka import AIOKafkaConsumer
+
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=500)
+            for records in batches.values():
+                got += [decode(kind, r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return got
 
 
 def uncommitted(bootstrap: str, group: str, topic: str, partitions: int) -> int:

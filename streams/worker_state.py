@@ -88,6 +88,7 @@ class WorkerCounters:
     acked: int = 0
     restored_jobs: int = 0
     published: int = 0
+    reannounced_alerts: int = 0
 
 
 class WorkerState:
@@ -185,6 +186,12 @@ class WorkerState:
             return False
         self.pipeline.restore(job, layout, history)
         self.counters.restored_jobs += 1
+        if history.last_alert is not None:
+            # a crash between storing an alert and publishing it would lose the message:
+            # announce the job's latest alert state again (at least once; automation
+            # deduplicates on alert_id and state)
+            self._publishable.append(("alerts", job, history.last_alert))
+            self.counters.reannounced_alerts += 1
         log.info(
             "restored job %s: %d closed steps, %d in the window, open alert %s",
             job,

@@ -21,6 +21,7 @@ from rankwatch.streams.store import Store
 from rankwatch.streams.testing import (
     STEP_FIELDS,
     WorkerProcess,
+    read_topic,
     reference_rows,
     reference_run,
     uncommitted,
@@ -83,6 +84,11 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
         for name in STEP_FIELDS[1:]:
             assert row[name] == pytest.approx(want[name], rel=1e-12, abs=1e-12), (row, want)
     assert [(a["alert_id"], a["state"]) for a in stored_alerts] == alerts  # one per episode
+    # every stored alert state is announced at least once, even if the kill fell between
+    # storing and publishing it (the restarted worker announces the latest one again)
+    announced = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 99, 5))
+    assert set(alerts) <= {(a["alert_id"], a["state"]) for a in announced}
+    assert status["reannounced_alerts"] <= status["restored_jobs"]
     # the jobs row: the restarted worker kept when the job was first seen
     first_ns = min(int(b.batch.start_ns.min()) for b in batches)
     assert [(j["job"], j["world_size"]) for j in jobs] == [("job-st", 8)]

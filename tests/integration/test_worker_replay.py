@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from rankwatch.schemas.codec import decode
 from rankwatch.streams.devbroker import create_topics
 from rankwatch.streams.publish import publish
 from rankwatch.streams.replay import replay_batches
 from rankwatch.streams.store import Store
+from rankwatch.streams.testing import read_topic
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"
@@ -55,27 +55,6 @@ def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess
         )
 
 
-async def collect_steps(
-    bootstrap: str, topic: str, want: int, timeout_s: float, kind: str = "steps"
-) -> list[dict]:
-    from aiokafka import AIOKafkaConsumer
-
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    await consumer.start()
-    got: list[dict] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(got) < want and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                got += [decode(kind, r.value) for r in records]
-    finally:
-        await consumer.stop()
-    return got
-
-
 def test_trace_st_lands_once_per_step_with_its_step_time(
     kafka_broker: str,
     tmp_path: Path,
@@ -95,8 +74,8 @@ def test_trace_st_lands_once_per_step_with_its_step_time(
             topic=f"{prefix}.ops",
         )
         assert sent == 32 * 8  # one batch per rank and step
-        announced = asyncio.run(collect_steps(kafka_broker, f"{prefix}.steps", 32, 120))
-        alerts = asyncio.run(collect_steps(kafka_broker, f"{prefix}.alerts", 1, 30, "alerts"))
+        announced = asyncio.run(read_topic(kafka_broker, f"{prefix}.steps", "steps", 32, 120))
+        alerts = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 1, 30))
     finally:
         worker.send_signal(signal.SIGTERM)
         try:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rankwatch.schemas.codec import encode_ops
+from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim.tracegen import GenConfig, generate_trace
 from rankwatch.streams.pipeline import Source
 from rankwatch.streams.replay import replay_batches
@@ -95,3 +95,34 @@ def test_a_revoked_partition_drops_its_jobs_and_their_unstored_messages() -> Non
     state.forget_partitions({("ops", 0)})
     assert not state.pipeline.knows("j") and state.acks.waiting == 0
     assert sorted(state.flush()) == list(range(12))  # only what is stored
+
+
+ALERT_ROW = {
+    "alert_id": "straggler-j-1", "job": "j", "kind": "straggler", "state": "firing",
+    "severity": "warning", "ts_ns": 1_732_000_000_123_000_000, "summary": "S 1.31",
+    "evidence": '{"slowdown": 1.31}',
+}  # fmt: skip
+"""The job's straggler alert, stored as firing, as the alerts query returns it."""
+
+
+class StoreWithAnAlert(FlakyStore):
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict]:
+        self._check()
+        return [dict(ALERT_ROW)] if "FROM alerts" in sql else []
+
+
+def test_a_restored_job_announces_its_latest_alert_again() -> None:
+    """A crash between storing an alert and publishing it must not lose the message."""
+    state = WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=StoreWithAnAlert)  # type: ignore[arg-type]
+    consume(state, list(enumerate(messages()[:1])))
+    state.flush()
+    published = [(k, key, decode("alerts", v)) for k, key, v in state.take_publishable()]
+    assert published == [
+        ("alerts", "j", {
+            "schema": "alerts", "version": 1, "alert_id": "straggler-j-1", "job": "j",
+            "kind": "straggler", "state": "firing", "severity": "warning",
+            "ts_ns": 1_732_000_000_123_000_000, "summary": "S 1.31",
+            "evidence": {"slowdown": 1.31},
+        })
+    ]  # fmt: skip
+    assert state.snapshot()["reannounced_alerts"] == 1
