@@ -5,13 +5,13 @@ model-chunk counts as the largest rank or chunk seen, the host of each rank. The
 GPU-hour panels multiply step time by ``world_size``, so the worker that analyses a
 job also keeps its row current. Pure: no I/O, no clock.
 
-Times are the ops' own (earliest start, latest end), not the worker's clock, so a
-re-processed batch yields the same row, and the row with the latest ``last_seen``
-(``version``) is the one ReplacingMergeTree keeps. Rows are asked for when a step
-closes (every rank of it has been seen by then, so the first row already has the
-whole job): one is due when something other than ``last_seen`` changed (a new job,
-host or size), and otherwise at most every ``refresh_ns`` of op time, so a long job
-costs one row a minute, not one per step.
+Times are the ops' own (earliest start and latest end over the closed steps), not the
+worker's clock, so re-processed batches yield the same row, and the row with the
+latest ``last_seen`` (``version``) is the one ReplacingMergeTree keeps. Rows are asked
+for when a step closes (every rank of a complete step has been seen by then, so the
+first row already has the whole job): one is due when something other than
+``last_seen`` changed (a new job, host or size), and otherwise at most every
+``refresh_ns`` of op time, so a long job costs one row a minute, not one per step.
 A worker that meets a job again after a restart gets its stored ``first_seen`` and
 hosts back through :meth:`JobBook.restore`.
 """
