@@ -264,6 +264,8 @@ class StepAssembler:
                 self.counters.late_batches += 1
                 self.counters.late_records += int(hi - lo)
                 continue
+            if step in job.kept:
+                self.counters.late_kept_batches += 1
             rows = order[lo:hi] if order is not None else slice(None)
             columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
             open_step.chunks.append(_Chunk(columns, worker, batch.rank))
@@ -289,10 +291,7 @@ class StepAssembler:
         as (late, re-analysed), or nowhere (late, dropped)."""
         if step not in job.closed:
             return self._open(job, step, now_ns)
-        kept = job.kept.get(step)
-        if kept is not None:
-            self.counters.late_kept_batches += 1
-        return kept
+        return job.kept.get(step)
 
     def _reclose_completed(self, name: str, job: _Job, touched: set[int]) -> list[AssembledStep]:
         out = []
