@@ -14,9 +14,9 @@ one job cancels most of it. The first ``warmup`` steps are dropped (handshakes).
 - replay error: the largest |replayed - recorded| step time when the same trace is
   simulated with its own launch delays, relative to the shortest recorded step;
 - the workers' S_w (the injected one, "0,0", should lead);
-- S of the clean steps alone (what noise and uneven stages cost without the injected
-  straggler) and simulated / that, a baseline-corrected figure reported beside the
-  method's own;
+- simulated / S of the clean steps alone (``imbalance``: what noise and uneven stages
+  cost without the injected straggler), a baseline-corrected figure reported beside
+  the method's own;
 - where the gap between simulated and measured comes from (:func:`decompose`).
 """
 
@@ -34,7 +34,7 @@ from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.workload.config import WorkloadConfig
 from rankwatch.hooks.workload.launch import run_job
 from rankwatch.schemas.codec import decode_ops
-from rankwatch.schemas.optypes import COMPUTE, OPTYPES
+from rankwatch.schemas.optypes import CODE, COMPUTE
 from rankwatch.sim import (
     Analysis,
     JobMeta,
@@ -109,7 +109,6 @@ def one_job(
         "measured": measured,
         "simulated": straggled.slowdown,
         "error": (straggled.slowdown - measured) / measured,
-        "simulated_clean_steps": baseline.slowdown,
         "simulated_over_clean": straggled.slowdown / baseline.slowdown,
         "replay_error": straggled.replay_error / float(straggled.base_S.min()),
         "launch_slowdown": straggled.launch_slowdown,
@@ -174,7 +173,7 @@ def decompose(
 
 def _others_compute(graph: OpGraph, measured: Measured) -> float:
     """Mean forward/backward compute cost of every worker but the injected one."""
-    compute = np.isin(graph.optype, [OPTYPES.index(name) for name in sorted(COMPUTE)])
+    compute = np.isin(graph.optype, [CODE[name] for name in COMPUTE])
     cost_NSD = measured.cost_NSD[compute]
     injected_ND = (graph.stage[compute] == 0)[:, None] & (np.arange(graph.dp_size) == 0)[None]
     return float(cost_NSD.transpose(0, 2, 1)[~injected_ND].mean())
