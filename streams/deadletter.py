@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
+
+from rankwatch.streams.times import utc
 
 PAYLOAD_BYTES = 4096
 """How much of a rejected message the row keeps (enough to debug)."""
@@ -17,7 +18,7 @@ def dead_letter_row(
     so a re-delivered bad message gives the same row (the table collapses it)."""
     stamp = getattr(source, "timestamp_ns", None)
     return {
-        "time": datetime.fromtimestamp((now_ns if stamp is None else stamp) / 1e9, tz=UTC),
+        "time": utc(now_ns if stamp is None else stamp),
         "topic": source.topic,
         "partition": source.partition,
         "offset": source.offset,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -20,6 +19,7 @@ from rankwatch.streams.deadletter import dead_letter_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
 from rankwatch.streams.pipeline import Output, Source
+from rankwatch.streams.times import utc
 
 MAX_DUMPS_PER_JOB = 4096
 """Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
@@ -84,9 +84,9 @@ def hang_row(ep: Episode, now_ns: int) -> dict[str, Any]:
     return {
         "job": ep.job,
         "episode_id": ep.episode_id,
-        "time": _utc(ep.declared_ns),
-        "last_progress": _utc(ep.last_progress_ns),
-        "resolved_at": None if ep.resolved_ns is None else _utc(ep.resolved_ns),
+        "time": utc(ep.declared_ns),
+        "last_progress": utc(ep.last_progress_ns),
+        "resolved_at": None if ep.resolved_ns is None else utc(ep.resolved_ns),
         "step": ep.step,
         "culprit_ranks": list(ep.culprits),
         "waiting_ranks": list(ep.waiting),
@@ -130,7 +130,7 @@ def alert_row(alert: Mapping[str, Any]) -> dict[str, Any]:
         "kind": alert["kind"],
         "state": alert["state"],
         "severity": alert["severity"],
-        "time": _utc(alert["ts_ns"]),
+        "time": utc(alert["ts_ns"]),
         "summary": alert["summary"],
         "evidence": orjson.dumps(alert["evidence"]).decode(),
     }
@@ -143,7 +143,7 @@ def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int
             {
                 "job": ep.job,
                 "episode_id": ep.episode_id,
-                "time": _utc(ep.declared_ns),
+                "time": utc(ep.declared_ns),
                 "stack": m.stack,
                 "native": int(m.native),
                 "ranks": list(m.ranks),
@@ -153,7 +153,3 @@ def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int
                 "version": now_ns,
             },
         )
-
-
-def _utc(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)

@@ -19,11 +19,11 @@ hosts back through :meth:`JobBook.restore`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.assembly import AssembledStep
+from rankwatch.streams.times import utc
 
 REFRESH_NS = 60 * 10**9
 """At most one row per job per minute of op time when only ``last_seen`` moved."""
@@ -66,8 +66,8 @@ class JobFacts:
             "world_size": self.world_size,
             "schedule": "",  # not in the op batches: 1F1B and GPipe look alike there
             "hosts": sorted(self.hosts),
-            "first_seen": _utc(self.first_seen_ns),
-            "last_seen": _utc(self.last_seen_ns),
+            "first_seen": utc(self.first_seen_ns),
+            "last_seen": utc(self.last_seen_ns),
             "version": self.last_seen_ns,
         }
 
@@ -169,7 +169,3 @@ class JobBook:
     def _worth_a_row(self, last: JobFacts, now: JobFacts) -> bool:
         moved = now.last_seen_ns - last.last_seen_ns >= self.refresh_ns
         return moved or last.shape() != now.shape()
-
-
-def _utc(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)

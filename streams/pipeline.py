@@ -14,7 +14,6 @@ and the rows of this call, are stored.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
@@ -25,6 +24,7 @@ from rankwatch.streams.alerts import Alert, StragglerAlerts
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
 from rankwatch.streams.deadletter import dead_letter_row
 from rankwatch.streams.jobs import JobBook
+from rankwatch.streams.times import utc
 
 
 @dataclass(frozen=True)
@@ -206,12 +206,16 @@ class JobHistory:
     analysed: list[AssembledStep] = field(default_factory=list)
     """The latest complete, analysed steps, rebuilt from the stored ops."""
     slowdowns: dict[int, float] = field(default_factory=dict)
-    open_alert: str | None = None
-    last_alert: dict[str, Any] | None = None
-    """The job's latest stored straggler alert, as its ``alerts`` message."""
+    last_alert: Alert | None = None
+    """The job's latest stored straggler alert (firing: its episode is still open)."""
     first_seen_ns: int | None = None
     """From the job's stored ``jobs`` rows (None when there are none)."""
     hosts: frozenset[str] = frozenset()
+
+    @property
+    def open_alert(self) -> str | None:
+        alert = self.last_alert
+        return alert.alert_id if alert is not None and alert.state == "firing" else None
 
 
 def alert_row(alert: Alert) -> dict[str, Any]:
@@ -221,7 +225,7 @@ def alert_row(alert: Alert) -> dict[str, Any]:
         "kind": "straggler",
         "state": alert.state,
         "severity": alert.severity,
-        "time": _utc(alert.ts_ns),
+        "time": utc(alert.ts_ns),
         "summary": alert.summary,
         "evidence": orjson.dumps(alert.evidence).decode(),
     }
@@ -234,7 +238,7 @@ def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) ->
     return {
         "job": step.job,
         "step": step.step,
-        "time": _utc(step.start_ns),
+        "time": utc(step.start_ns),
         "t_base": step.t_base,
         "t_sim": t_sim,
         "t_ideal": t_ideal,
@@ -243,7 +247,7 @@ def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) ->
         "partial": int(step.partial),
         "missing_workers": [f"{d},{p}" for d, p in step.missing_workers],
         "n_ops": step.n_ops,
-        "analysed_at": _utc(now_ns),
+        "analysed_at": utc(now_ns),
         "version": now_ns,
     }
 
@@ -279,13 +283,9 @@ def attribution_row(
     return {
         "job": step.job,
         "step": step.step,
-        "time": _utc(step.start_ns),
+        "time": utc(step.start_ns),
         "dimension": dimension,
         "group": group,
         "slowdown": value,
         "version": now_ns,
     }
-
-
-def _utc(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)

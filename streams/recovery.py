@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from rankwatch.streams.alerts import Alert
 from rankwatch.streams.assembly import AssembledStep, step_from_columns
 from rankwatch.streams.pipeline import JobHistory
 from rankwatch.streams.store import Store
@@ -31,7 +32,7 @@ _OPS = (
     "AND step IN {steps:Array(UInt64)}"
 )
 _LAST_ALERT = (
-    "SELECT alert_id, job, kind, state, severity, toUnixTimestamp64Nano(time) AS ts_ns, "
+    "SELECT alert_id, job, state, severity, toUnixTimestamp64Nano(time) AS ts_ns, "
     "summary, evidence FROM alerts FINAL WHERE job = {job:String} AND kind = 'straggler' "
     "ORDER BY time DESC, state = 'resolved' DESC LIMIT 1"
 )
@@ -61,30 +62,29 @@ def load_history(
     slowdowns = dict(analysed[:alert_window])
     steps = [s for s, _ in analysed[:window]]
     alert = store.query(_LAST_ALERT, {"job": job})
-    last_alert = _alert_message(alert[0]) if alert else None
-    open_alert = last_alert["alert_id"] if last_alert and last_alert["state"] == "firing" else None
     stored_job: dict[str, Any] = next(iter(store.query(_JOB, {"job": job})), {"n": 0, "hosts": []})
     return JobHistory(
         closed_steps=closed,
         analysed=_rebuild(store, job, steps, layout) if steps else [],
         slowdowns=slowdowns,
-        open_alert=open_alert,
-        last_alert=last_alert,
+        last_alert=_stored_alert(alert[0]) if alert else None,
         first_seen_ns=int(stored_job["first_seen_ns"]) if stored_job["n"] else None,
         hosts=frozenset(stored_job["hosts"]),
     )
 
 
-def _alert_message(row: dict[str, Any]) -> dict[str, Any]:
-    """The ``alerts`` message of a stored alert row (time to the table's ms)."""
+def _stored_alert(row: dict[str, Any]) -> Alert:
+    """A stored straggler alert row back as the alert (its time to the table's ms)."""
     evidence = row["evidence"]
-    return {
-        "schema": "alerts",
-        "version": 1,
-        **{k: row[k] for k in ("alert_id", "job", "kind", "state", "severity", "summary")},
-        "ts_ns": int(row["ts_ns"]),
-        "evidence": orjson.loads(evidence) if isinstance(evidence, str | bytes) else evidence,
-    }
+    return Alert(
+        alert_id=row["alert_id"],
+        job=row["job"],
+        state=row["state"],
+        severity=row["severity"],
+        ts_ns=int(row["ts_ns"]),
+        summary=row["summary"],
+        evidence=orjson.loads(evidence) if isinstance(evidence, str | bytes) else evidence,
+    )
 
 
 def _rebuild(

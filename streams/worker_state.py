@@ -190,7 +190,7 @@ class WorkerState:
             # a crash between storing an alert and publishing it would lose the message:
             # announce the job's latest alert state again (at least once; automation
             # deduplicates on alert_id and state)
-            self._publishable.append(("alerts", job, history.last_alert))
+            self._publishable.append(("alerts", job, history.last_alert.message()))
             self.counters.reannounced_alerts += 1
         log.info(
             "restored job %s: %d closed steps, %d in the window, open alert %s",

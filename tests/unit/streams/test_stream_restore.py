@@ -8,7 +8,7 @@ import numpy as np
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
+from rankwatch.streams.alerts import Alert, AlertConfig, StragglerAlerts
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.assembly import AssembledStep, step_from_columns
 from rankwatch.streams.pipeline import JobHistory, Output, Pipeline, Source
@@ -45,6 +45,11 @@ def rebuilt(step: AssembledStep) -> AssembledStep:
     )
 
 
+def stored_alert(message: dict) -> Alert:  # type: ignore[type-arg]
+    """An announced alert as the store gives it back."""
+    return Alert(**{name: message[name] for name in Alert.__dataclass_fields__})
+
+
 def test_restart_from_stored_state_matches_an_uninterrupted_run() -> None:
     trace, meta = generate_trace(CFG)
     messages = [encode_ops(b.batch) for b in replay_batches(trace, meta, "j", 10**18)]
@@ -56,7 +61,9 @@ def test_restart_from_stored_state_matches_an_uninterrupted_run() -> None:
         closed_steps=sorted(stored),
         analysed=[rebuilt(s) for s in before.steps][-4:],
         slowdowns={s: r["slowdown"] for s, r in stored.items()},
-        open_alert=next((m["alert_id"] for k, _, m in before.messages if k == "alerts"), None),
+        last_alert=next(
+            (stored_alert(m) for k, _, m in reversed(before.messages) if k == "alerts"), None
+        ),
     )
     restarted = pipeline()
     restarted.restore("j", (meta.dp_size, meta.pp_size), history)
