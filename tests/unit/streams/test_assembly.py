@@ -226,3 +226,12 @@ def test_reanalyse_keeps_only_the_latest_partial_steps() -> None:
 def test_an_unknown_late_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="late must be one of drop, reanalyse"):
         AssemblyConfig(late="retry")
+
+
+def test_reanalyse_counts_a_late_batch_that_declares_its_step_end_once() -> None:
+    asm = StepAssembler(REANALYSE)
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0, steps_done=[(1, 3)]), now_ns=0)
+    asm.expire(now_ns=2 * S)
+    (again,) = asm.add(make_batch(worker_step(1, 1, 0.0), pp=1, steps_done=[(1, 3)]), 3 * S)
+    assert not again.partial
+    assert asm.counters.late_kept_batches == 1
