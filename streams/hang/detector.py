@@ -201,12 +201,15 @@ def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) ->
         (r for r in ranks if r.rank not in waiting),
         key=lambda r: (r.waiting, r.progress_ns, r.rank),
     )
+    # who stopped first: the culprit whose progress ended earliest. A waiter may have
+    # entered its receive before the culprit's last op ended, so the earliest progress
+    # over all ranks can name a rank that was only waiting for it.
     first = min(ranks, key=lambda r: (r.progress_ns, r.rank))
+    lead = culprit_states[0] if culprit_states else first
     suspects = _suspects(ranks, waiting, culprit_states)
     last_progress = max(r.progress_ns for r in ranks)
-    key = f"{job}:{first.rank}:{first.progress_ns}".encode()
+    key = f"{job}:{lead.rank}:{lead.progress_ns}".encode()
     episode_id = "hang-" + hashlib.sha1(key).hexdigest()[:16]
-    lead = culprit_states[0] if culprit_states else first
     where = _where(lead, lead.rank in silent)
     return Episode(
         job=job,
@@ -218,7 +221,7 @@ def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) ->
         waiting=tuple(waiting),
         silent=tuple(sorted(silent)),
         suspects=suspects,
-        first_stopped=first.rank,
+        first_stopped=lead.rank,
         culprit_hosts=tuple(dict.fromkeys(r.host for r in culprit_states)),
         culprit_where=where,
         summary=_summary(job, lead, where, ranks, waiting, suspects),

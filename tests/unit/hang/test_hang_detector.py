@@ -127,3 +127,23 @@ def test_ranks_still_starting_are_not_hung_until_they_go_silent() -> None:
         assert det.evaluate(int(t * NS)) == []
     [episode] = det.evaluate(int(40 * NS))  # nobody heard for 12 s > silent_after_s
     assert episode.silent == (0, 1, 2, 3)
+
+
+def test_a_waiter_that_entered_its_receive_early_is_not_the_first_stopped() -> None:
+    """Rank 0 waits in a receive it entered before rank 1's last op ended; rank 1 is
+    then stopped. The earliest progress is rank 0's, but rank 1 stopped first."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    wait_from, stopped_at = t + 0.2, t + 0.6
+    det.observe(hb(1, 5, stopped_at), int(stopped_at * NS))  # its last beat: in compute
+    for beat in range(30):
+        now = stopped_at + beat
+        det.observe(hb(0, 5, wait_from, "forward-recv"), int(now * NS))
+        for r in (2, 3):
+            det.observe(hb(r, 5, stopped_at + 0.1, "grads-reduce-scatter"), int(now * NS))
+        opened = det.evaluate(int(now * NS))
+        if opened:
+            break
+    (ep,) = opened
+    assert ep.culprits == (1,) and ep.waiting == (0, 2, 3)
+    assert ep.first_stopped == 1
