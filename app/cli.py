@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -41,15 +42,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+BROKEN_PIPE = 141
+"""Exit code when the reader of our output went away (``| head``): 128 + SIGPIPE, what a
+shell reports for a process that SIGPIPE ended."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except UserError as exc:
-        print(f"rankwatch {args.command}: error: {exc}", file=sys.stderr)
+        reason = " ".join(str(exc).split())  # one line, whatever the library wrote
+        print(f"rankwatch {args.command}: error: {reason}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        _silence_stdout()
+        print(f"rankwatch {args.command}: output closed early (broken pipe)", file=sys.stderr)
+        return BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of what is still
+    buffered cannot raise again (the recipe of Python's signal module docs)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (e.g. captured in tests)
+        pass
 
 
 if __name__ == "__main__":

@@ -10,8 +10,19 @@ from rankwatch.errors import UserError
 from rankwatch.sim.trace import JobMeta, Trace, TraceError
 
 
+def require_file(path: str | Path) -> Path:
+    """``path`` as a Path; a missing one is a UserError that says so in those words."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"no such file: {path}")
+    if path.is_dir():
+        raise UserError(f"{path} is a directory, not a file")
+    return path
+
+
 def read_trace(path: str | Path) -> Trace:
     """Read a ``trace-*.parquet`` file; any failure becomes a one-line UserError."""
+    path = require_file(path)
     try:
         import pyarrow.parquet as pq
 
@@ -37,10 +48,13 @@ def write_trace(trace: Trace, path: str | Path) -> None:
 
 
 def read_meta(path: str | Path) -> JobMeta:
+    path = require_file(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
         raise UserError(f"cannot read job metadata {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise UserError(f"job metadata {path} is not YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise UserError(f"job metadata {path} is not a mapping")
     try:

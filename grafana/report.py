@@ -149,8 +149,19 @@ def key_numbers(r: JobReport) -> list[tuple[str, str]]:
     ]
 
 
+def method_line(r: JobReport) -> str:
+    """What the figures are over and how they were computed, in one line: the stored
+    figures are live ones (docs/whatif.md, "Offline and live figures")."""
+    left_out = f"; {r.partial} partial step(s) left out" if r.partial else ""
+    return (
+        f"S over the {r.analysed} analysed step(s) {r.first_step}..{r.last_step}{left_out};"
+        " each step against ideal costs from the latest analysed steps up to it (rolling"
+        " window, as the live worker computes it)"
+    )
+
+
 def format_text(r: JobReport) -> str:
-    lines = [f"rankwatch report: job {r.job}", ""]
+    lines = [f"rankwatch report: job {r.job}", f"  ({method_line(r)})", ""]
     width = max(len(label) for label, _ in key_numbers(r))
     lines += [f"  {label:<{width}}  {value}" for label, value in key_numbers(r)]
     lines += ["", "Who is to blame (S_g: the slowdown if only that group kept its real times):"]

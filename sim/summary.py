@@ -16,7 +16,8 @@ def describe(a: Analysis) -> str:
     """Several short paragraphs for the terminal (``rankwatch whatif --format text``)."""
     lines = [
         f"Job: DP {a.dp_size} x PP {a.pp_size}, {a.steps.size} step(s) analysed "
-        f"(steps {a.steps.min()}..{a.steps.max()}).",
+        f"(steps {a.steps.min()}..{a.steps.max()}), all against ideal costs from the whole "
+        "trace (offline).",
         "",
         f"Slowdown S = {a.slowdown:.3f}: steps took {_pct(a.slowdown - 1)} longer than they "
         f"would with no straggler (mean simulated step {a.simulated_S.mean():.3f} s, "

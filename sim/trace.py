@@ -118,6 +118,20 @@ class JobMeta:
                 raise TraceError(f"job metadata {f.name} must be a non-negative integer")
             values[f.name] = value
         meta = cls(**values)
-        if meta.dp_size < 1 or meta.pp_size < 1 or meta.vpp_size < 1:
-            raise TraceError("dp_size, pp_size and vpp_size must be at least 1")
+        small = [
+            f.name for f in fields(cls) if f.name != "world_size" and getattr(meta, f.name) < 1
+        ]
+        if small:
+            raise TraceError(f"job metadata {', '.join(small)} must be at least 1")
+        if meta.world_size and meta.world_size != meta.gpus:
+            raise TraceError(
+                f"job metadata is inconsistent: world_size {meta.world_size} is not dp_size x "
+                f"dsp_size x pp_size x tp_size = {meta.dp_size} x {meta.dsp_size} x "
+                f"{meta.pp_size} x {meta.tp_size} = {meta.gpus}"
+            )
         return meta
+
+    @property
+    def gpus(self) -> int:
+        """Ranks the sizes imply (``world_size`` must equal it when given)."""
+        return self.dp_size * self.dsp_size * self.pp_size * self.tp_size

@@ -38,13 +38,7 @@ def replay_batches(
     Steps are placed one after another (their recorded length plus a small gap), in
     step order; inside a step the recorded start times are kept.
     """
-    steps = np.unique(trace.step)
-    ends = trace.start_ts + trace.duration
-    step_offset_ns: dict[int, int] = {}
-    cursor = origin_ns
-    for step in steps.tolist():
-        step_offset_ns[step] = cursor
-        cursor += round((float(ends[trace.step == step].max()) + STEP_GAP_S) * 1e9)
+    step_offset_ns = {step: origin_ns + at for step, at in _step_offsets_ns(trace).items()}
     # integers for the epoch part: float64 has ~100 ns resolution at today's epoch ns
     offsets = np.array([step_offset_ns[s] for s in trace.step.tolist()], dtype=np.int64)
     start_ns = offsets + np.round(trace.start_ts * 1e9).astype(np.int64)
@@ -53,6 +47,28 @@ def replay_batches(
     batches = list(_cut(trace, meta, job, order, start_ns, duration_ns))
     batches.sort(key=lambda b: (b.sent_ns, b.batch.rank))
     yield from batches
+
+
+def span_ns(trace: Trace) -> int:
+    """Length of the replay's timeline: a replay that should end now starts at
+    ``now - span_ns(trace)`` (a job's rows must not lie in the future)."""
+    ends = trace.start_ts + trace.duration
+    offsets = _step_offsets_ns(trace)
+    if not offsets:
+        return 0
+    last = max(offsets)
+    return offsets[last] + round(float(ends[trace.step == last].max()) * 1e9)
+
+
+def _step_offsets_ns(trace: Trace) -> dict[int, int]:
+    """Start of each step from the start of the first: recorded lengths plus a gap."""
+    ends = trace.start_ts + trace.duration
+    out: dict[int, int] = {}
+    cursor = 0
+    for step in np.unique(trace.step).tolist():
+        out[step] = cursor
+        cursor += round((float(ends[trace.step == step].max()) + STEP_GAP_S) * 1e9)
+    return out
 
 
 def _cut(

@@ -1,59 +1,84 @@
-"""``rankwatch demo``: a whole job analysed in-process, chDB as the store, no services.
+"""``rankwatch demo``: a whole job analysed in-process and stored, no services.
 
-The job is, when PyTorch is installed, a real training run (``hooks/workload``: gloo
-on CPU, PP 2 x DP 2, 1F1B, one rank given extra compute) whose hooks spool their op
-batches; otherwise a trace from the project's own generator (a PP x DP 1F1B job with
-noise, a straggling worker and a slow last stage), replayed as the hooks would send
-it. Either way the batches are assembled step by step by the worker's pipeline and
-stored in embedded ClickHouse; then the per-step table is read back from ClickHouse
-and printed, followed by the job-level verdict of the same engine run offline over
-the whole trace and the worker heatmap.
+The job is chosen by ``--workload``, never by what is installed, so the same command
+gives the same numbers: ``generator`` (the default) is a trace from the project's own
+generator (a PP x DP 1F1B job with noise, a straggling worker and a slow last stage),
+replayed as the hooks would send it; ``torch`` is a real training run (``hooks/workload``:
+gloo on CPU, PP 2 x DP 2, 1F1B, one rank given extra compute; its timings are real, so
+its numbers vary from run to run) whose hooks spool their op batches.
+
+Either way the batches go through the ops worker's pipeline into the configured store
+(the one every command reads: ``chdb://var/chdb`` unless ``RANKWATCH_CLICKHOUSE`` or
+``--clickhouse`` says otherwise), replacing an earlier job of the same id. The demo then
+prints the stored step table, the stored job figures (those of ``rankwatch report`` and
+the Grafana boards: ideal costs from a rolling window, as live) and the offline verdict
+over the whole trace (those of ``rankwatch whatif`` on the exported trace), each labelled
+with its method (docs/whatif.md, "Offline and live figures"). The analysed trace and its
+sizes are exported to ``--dir`` with the worker heatmap.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rankwatch.sim import JobMeta, Trace
+    from rankwatch.ingest import StoredJob
 
 DEFAULT_DIR = Path("var/demo")
+DEMO_STEPS = 12
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("demo", help="analyse a generated job end to end, embedded")
-    parser.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="data directory")
+    parser = sub.add_parser("demo", help="analyse a job end to end, embedded, and store it")
+    parser.add_argument(
+        "--dir", type=Path, default=DEFAULT_DIR, help="exported trace, meta and heatmap"
+    )
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
     parser.add_argument("--job", default="demo", help="job id to store the results under")
     parser.add_argument(
         "--workload",
-        choices=("auto", "generator", "torch"),
-        default="auto",
-        help="the job: real PyTorch training (torch), generated trace, or torch when installed",
+        choices=("generator", "torch"),
+        default="generator",
+        help="the job: a generated trace (default, same numbers every run) or a real"
+        " PyTorch training run (needs the torch extra)",
+    )
+    parser.add_argument(
+        "--clickhouse",
+        metavar="DSN",
+        help="store (default: $RANKWATCH_CLICKHOUSE, else chdb://var/chdb)",
     )
     parser.set_defaults(func=run)
 
 
-DEMO_STEPS = 12
-
-
 def run(args: argparse.Namespace) -> int:
-    from rankwatch.hooks.workload.launch import torch_available
+    from rankwatch.ingest import export
 
-    if args.workload == "torch" or (args.workload == "auto" and torch_available()):
-        return run_torch(args)
-    return run_generated(args)
+    if args.workload == "torch":
+        stored, headline = run_torch(args)
+    else:
+        stored, headline = run_generated(args)
+    trace_path, meta_path = export(stored, args.dir)
+    print(headline)
+    print(format_step_table(stored.rows))
+    print()
+    print(live_summary(stored, args.clickhouse))
+    print()
+    print(offline_summary(stored, trace_path, meta_path, args.dir / "heatmap.png"))
+    return 0
 
 
-def run_torch(args: argparse.Namespace) -> int:
+def run_torch(args: argparse.Namespace) -> tuple[StoredJob, str]:
     """The real workload: rank 1 (DP 1, stage 0) does extra compute in its forward."""
     from rankwatch.commands.workload import run_embedded_workload
+    from rankwatch.errors import UserError
     from rankwatch.hooks.workload.config import WorkloadConfig
+    from rankwatch.hooks.workload.launch import torch_available
 
+    if not torch_available():
+        raise UserError("--workload torch needs PyTorch: pip install 'rankwatch[torch]'")
     cfg = WorkloadConfig(
         dp=2,
         pp=2,
@@ -64,63 +89,63 @@ def run_torch(args: argparse.Namespace) -> int:
         slow_matmuls=20,
         seed=args.seed,
     )
-    embedded = run_embedded_workload(cfg, args.dir, skip_steps=1)  # step 0: handshakes
-    print(embedded.headline())
-    print(format_step_table(embedded.rows))
-    print()
-    print(job_report(embedded.trace, embedded.meta, args.dir / "heatmap.png"))
-    return 0
+    # step 0 is left out: it holds the process groups' handshakes, not training
+    embedded = run_embedded_workload(cfg, args.dir, skip_steps=1, dsn=args.clickhouse)
+    return embedded.stored, embedded.headline()
 
 
-def run_generated(args: argparse.Namespace) -> int:
+def run_generated(args: argparse.Namespace) -> tuple[StoredJob, str]:
+    from rankwatch.ingest import store_job
+    from rankwatch.schemas.codec import encode_ops
     from rankwatch.sim.tracegen import demo_config, generate_trace
-    from rankwatch.streams.analyser import WhatIfAnalyser
-    from rankwatch.streams.embedded import run_embedded
-    from rankwatch.streams.pipeline import Pipeline
-    from rankwatch.streams.replay import replay_batches
-    from rankwatch.streams.sink import TableSink
-    from rankwatch.streams.store import Store
+    from rankwatch.streams.replay import replay_batches, span_ns
 
     trace, meta = generate_trace(demo_config(seed=args.seed))
-    chdb_dir = args.dir / "chdb"
-    if chdb_dir.exists():
-        shutil.rmtree(chdb_dir)  # the demo starts clean; one process owns the path
-    chdb_dir.parent.mkdir(parents=True, exist_ok=True)
-    with Store.connect(f"chdb://{chdb_dir}") as store:
-        store.migrate()
-        pipeline = Pipeline(analyser=WhatIfAnalyser())
-        started = time.perf_counter()
-        fed = run_embedded(
-            replay_batches(trace, meta, args.job, origin_ns=time.time_ns()),
-            pipeline,
-            TableSink(store),
-        )
-        elapsed = time.perf_counter() - started
-        rows = store.query(
-            "SELECT step, t_base, t_sim, t_ideal, slowdown, partial, n_ops "
-            "FROM steps FINAL WHERE job = {job:String} ORDER BY step",
-            {"job": args.job},
-        )
-    print(
-        f"job {args.job}: DP {meta.dp_size} x PP {meta.pp_size}, {len(trace)} ops in "
-        f"{fed} batches, {len(rows)} steps assembled in {elapsed:.2f} s; "
-        f"stored in chdb://{chdb_dir}"
+    origin_ns = time.time_ns() - span_ns(trace)  # the job ends now, not in the future
+    batches = replay_batches(trace, meta, args.job, origin_ns=origin_ns)
+    messages = ((encode_ops(b.batch), b.sent_ns) for b in batches)
+    stored = store_job(messages, args.job, args.clickhouse, meta)
+    headline = (
+        f"job {args.job}: generated trace (seed {args.seed}), DP {meta.dp_size} x PP "
+        f"{meta.pp_size}, {len(trace)} ops in {stored.messages} batches, {len(stored.rows)} "
+        f"steps assembled in {stored.elapsed_s:.2f} s; stored in {stored.where}"
     )
-    print(format_step_table(rows))
-    print()
-    print(job_report(trace, meta, args.dir / "heatmap.png"))
-    return 0
+    return stored, headline
 
 
-def job_report(trace: Trace, meta: JobMeta, heatmap: Path) -> str:
-    """The whole job through the same engine offline: verdict, blame and the heatmap."""
+def live_summary(stored: StoredJob, dsn: str | None) -> str:
+    """The stored job's figures, read back with the report's own queries."""
+    from rankwatch.grafana.report import collect, method_line
+    from rankwatch.stores import open_store
+
+    with open_store(dsn) as store:
+        report = collect(store, stored.job)
+    return "\n".join(
+        [
+            f"Live figures, as stored (`rankwatch report {stored.job}` and the Grafana boards"
+            " show these):",
+            f"  {method_line(report)}",
+            f"  Slowdown S = {_x(report.slowdown)}, waste W = {_pct(report.waste)}",
+        ]
+    )
+
+
+def offline_summary(stored: StoredJob, trace_path: Path, meta_path: Path, heatmap: Path) -> str:
+    """The whole trace through the engine offline: verdict, blame and the heatmap."""
     from rankwatch.sim import analyse
     from rankwatch.sim.heatmap import render_heatmap
     from rankwatch.sim.summary import describe
 
-    analysis = analyse(trace, meta)
+    analysis = analyse(stored.trace, stored.meta)
     heatmap.write_bytes(render_heatmap(analysis, title="rankwatch demo: S_w per worker"))
-    return f"{describe(analysis)}\nworker heatmap (S_w, DP x PP): {heatmap}"
+    return "\n".join(
+        [
+            f"Offline figures over the whole trace (`rankwatch whatif {trace_path} --meta "
+            f"{meta_path}` prints these):",
+            describe(analysis),
+            f"worker heatmap (S_w, DP x PP): {heatmap}",
+        ]
+    )
 
 
 def format_step_table(rows: list[dict[str, Any]]) -> str:
@@ -140,3 +165,7 @@ def _s(value: float | None) -> str:
 
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"

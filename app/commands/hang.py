@@ -9,7 +9,10 @@ read as is (``--folded`` prints only that, for piping).
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
+
+from rankwatch.errors import UserError
 
 
 def register(sub: Any) -> None:
@@ -79,23 +82,22 @@ ORDER BY n_ranks DESC, stack
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from rankwatch.config import load_config
-    from rankwatch.errors import UserError
+    from rankwatch.stores import open_store, require_job
     from rankwatch.streams.hang.ranges import format_ranges
-    from rankwatch.streams.store import Store, StoreError
 
-    config = load_config().clickhouse
-    try:
-        with Store.connect(args.clickhouse or config.dsn, config.database or None) as store:
-            episodes = store.query(EPISODES_SQL, {"job": args.job})
-            if args.episode:
-                episodes = [e for e in episodes if e["episode_id"] == args.episode]
+    with open_store(args.clickhouse) as store:
+        require_job(store, args.job)
+        episodes = store.query(EPISODES_SQL, {"job": args.job})
+        if args.episode:
+            episodes = [e for e in episodes if e["episode_id"] == args.episode]
             if not episodes:
-                raise UserError(f"no hang episode recorded for job {args.job!r}")
-            episode = episodes[0]
-            stacks = store.query(STACKS_SQL, {"job": args.job, "episode": episode["episode_id"]})
-    except StoreError as exc:
-        raise UserError(str(exc)) from exc
+                raise UserError(f"job {args.job!r} has no hang episode {args.episode!r}")
+        if not episodes:
+            out = sys.stderr if args.folded else sys.stdout  # --folded output stays stacks
+            print(f"job {args.job}: no hang episode recorded in {store.where}", file=out)
+            return 0
+        episode = episodes[0]
+        stacks = store.query(STACKS_SQL, {"job": args.job, "episode": episode["episode_id"]})
     if args.folded:
         print("".join(f"{s['stack']} {s['n_ranks']}\n" for s in stacks), end="")
         return 0

@@ -21,11 +21,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankwatch.config import load_config
-    from rankwatch.streams.replay import replay_batches
+    from rankwatch.streams.replay import replay_batches, span_ns
     from rankwatch.traceio import read_meta, read_trace
 
     trace, meta = read_trace(args.trace), read_meta(args.meta)
-    batches = replay_batches(trace, meta, args.job, origin_ns=time.time_ns())
+    # the replayed job ends now: its rows must not lie in the future
+    batches = replay_batches(trace, meta, args.job, origin_ns=time.time_ns() - span_ns(trace))
     config = load_config()
     if args.kafka:
         from rankwatch.streams.publish import publish
@@ -35,15 +36,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"sent {sent} op batches ({len(trace)} ops) of job {args.job} to {topic}")
         return 0
 
+    from rankwatch.stores import open_store
     from rankwatch.streams.analyser import WhatIfAnalyser
     from rankwatch.streams.embedded import run_embedded
     from rankwatch.streams.pipeline import Pipeline
     from rankwatch.streams.sink import TableSink
-    from rankwatch.streams.store import Store
 
-    dsn = args.clickhouse or config.clickhouse.dsn
-    with Store.connect(dsn, database=config.clickhouse.database or None) as store:
-        store.migrate()
+    with open_store(args.clickhouse, migrate=True) as store:
+        dsn = store.where
         pipeline = Pipeline(assembly=config.assembly, analyser=WhatIfAnalyser())
         fed = run_embedded(batches, pipeline, TableSink(store))
     c = pipeline.assembler.counters

@@ -29,21 +29,17 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankwatch.config import load_config
     from rankwatch.errors import UserError
     from rankwatch.grafana.report import NoSuchJob, collect, format_text
     from rankwatch.grafana.report_html import render_html
-    from rankwatch.streams.store import Store, StoreError
+    from rankwatch.stores import open_store, require_job
 
-    config = load_config().clickhouse
-    dsn = args.clickhouse or config.dsn
-    try:
-        with Store.connect(dsn, args.database or config.database or None) as store:
+    with open_store(args.clickhouse, args.database) as store:
+        require_job(store, args.job)
+        try:
             report = collect(store, args.job)
-    except StoreError as exc:
-        raise UserError(str(exc)) from exc
-    except NoSuchJob as exc:
-        raise UserError(f"job {args.job!r} has no steps in {dsn}") from exc
+        except NoSuchJob as exc:
+            raise UserError(f"job {args.job!r} has no analysed steps in {store.where}") from exc
     print(format_text(report))
     if args.html:
         args.html.parent.mkdir(parents=True, exist_ok=True)

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rankwatch.sim import JobMeta, Trace
 
 DESCRIPTION = """\
 Simulate the trace's steps as they ran and as they would have run with no straggler
-(WHATIF.md), and say how much slower they were (S, W) and who is to blame: op types,
-DP ranks, pipeline stages, workers (S_w), a few bad workers (M_W) or the stage split
-(M_S). Exit code 2 when the input cannot be read or modelled."""
+(docs/whatif.md), and say how much slower they were (S, W) and who is to blame: op
+types, DP ranks, pipeline stages, workers (S_w), a few bad workers (M_W) or the stage
+split (M_S). Ideal costs come from the whole trace (offline). With --window W, each step
+is analysed instead as the live worker does, against ideal costs from the W latest steps
+up to it, and the figures are those `rankwatch report` shows for the stored job.
+Exit code 2 when the input cannot be read or modelled."""
 
 
 def register(subparsers: Any) -> None:
@@ -24,6 +30,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--meta", required=True, metavar="META.yaml", help="job sizes (yaml)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--heatmap", metavar="FILE", help="write the S_w heatmap (PNG) here")
+    parser.add_argument(
+        "--window",
+        type=int,
+        metavar="W",
+        help="live figures: rolling ideal over the W latest steps (the worker's default is 20)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -36,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from rankwatch.traceio import read_meta, read_trace
 
     trace, meta = read_trace(args.trace), read_meta(args.meta)
+    if args.window is not None:
+        return run_live(args, trace, meta)
     try:
         analysis = analyse(trace, meta)
     except ModelError as exc:
@@ -52,3 +66,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(describe(analysis))
     return 0
+
+
+def run_live(args: argparse.Namespace, trace: Trace, meta: JobMeta) -> int:
+    """The figures the live worker stores for this trace (rolling ideal)."""
+    import orjson
+
+    from rankwatch.errors import UserError
+    from rankwatch.streams.live import describe_live, live_figures, live_json
+
+    if args.window < 1:
+        raise UserError(f"--window must be at least 1, not {args.window}")
+    if args.heatmap:
+        raise UserError("--heatmap draws the offline S_w: run it without --window")
+    figures = live_figures(trace, meta, args.window)
+    if args.format == "json":
+        print(orjson.dumps(live_json(figures)).decode())
+    else:
+        print(describe_live(figures))
+    return 0 if figures.steps.size else 2

@@ -3,6 +3,9 @@
 ANALYSED = "job = '${job}' AND $__timeFilter(time) AND t_sim IS NOT NULL"
 """Steps of the job in range that the what-if engine simulated (partial ones are not)."""
 
+IDEAL_SUM = f"(SELECT sum(t_ideal) FROM steps FINAL WHERE {ANALYSED})"
+"""Ideal time of the analysed steps in range: the weight attributions are shared by."""
+
 WORLD_SIZE = "(SELECT nullIf(max(world_size), 0) FROM jobs FINAL WHERE job = '${job}')"
 """GPUs of the job, from the jobs table (NULL, so 'no data', when the job is unknown)."""
 
@@ -68,17 +71,22 @@ ORDER BY time
 
 
 def top_attribution(dimension: str, label: str) -> str:
-    """Mean S_g per group over the analysed steps in range, largest first.
+    """S_g per group over the analysed steps in range, largest first.
 
-    step_attribution holds rows only for steps slow enough to attribute (S >= 1.03);
-    the other steps count as 1 (no slowdown from anyone), hence 1 + sum(excess) / steps.
+    ``1 + sum((S_g,i - 1) * T_ideal,i) / sum(T_ideal,i)``: the per-step S_g weighted by
+    the step's ideal time, which is ``sum(T_g) / sum(T_ideal)``, the same ratio of sums as
+    the Slowdown S panel (docs/whatif.md, "Offline and live figures"). step_attribution
+    holds rows only for steps slow enough to attribute (S >= 1.03); the other steps count
+    as S_g = 1. ``rankwatch.streams.live`` computes the same in Python (a test holds the two
+    equal).
     """
     return f"""
-SELECT `group` AS {label},
-       1 + sum(slowdown - 1) / (SELECT count() FROM steps FINAL WHERE {ANALYSED}) AS S_g
-FROM step_attribution FINAL
-WHERE job = '${{job}}' AND dimension = '{dimension}' AND $__timeFilter(time)
-GROUP BY `group`
+SELECT a.`group` AS {label},
+       1 + sum((a.slowdown - 1) * s.t_ideal) / {IDEAL_SUM} AS S_g
+FROM step_attribution AS a FINAL
+INNER JOIN (SELECT step, t_ideal FROM steps FINAL WHERE {ANALYSED}) AS s ON s.step = a.step
+WHERE a.job = '${{job}}' AND a.dimension = '{dimension}' AND $__timeFilter(a.time)
+GROUP BY {label}
 ORDER BY S_g DESC
 LIMIT 10
 """

@@ -3,7 +3,17 @@
 IN_RANGE = "job = '${job}' AND $__timeFilter(time) AND step BETWEEN ${step_from} AND ${step_to}"
 """The chosen job, time range and step range."""
 
-ANALYSED_STEPS = f"(SELECT count() FROM steps FINAL WHERE {IN_RANGE} AND t_sim IS NOT NULL)"
+ANALYSED = f"SELECT step, t_ideal FROM steps FINAL WHERE {IN_RANGE} AND t_sim IS NOT NULL"
+"""The analysed steps in range with their ideal time (the weight of their S_w)."""
+
+IDEAL_SUM = f"(SELECT sum(t_ideal) FROM ({ANALYSED}))"
+
+S_W = f"1 + sum((a.slowdown - 1) * s.t_ideal) / {IDEAL_SUM}"
+"""S_w over the range: per-step S_w weighted by the step's ideal time, steps too fast to
+attribute counting as 1 (the same aggregation as the Job board's S_g)."""
+
+ATTRIBUTED = f"""step_attribution AS a FINAL
+INNER JOIN ({ANALYSED}) AS s ON s.step = a.step"""
 
 WORKERS = """
 SELECT DISTINCT `group`
@@ -16,15 +26,15 @@ ORDER BY `group`
 WORKER_FILTER = "$__conditionalAll(`group` = '${worker}', $worker)"
 
 GRID = f"""
-SELECT toUInt32(splitByChar(',', `group`)[1]) AS dp_rank,
-       toUInt32(splitByChar(',', `group`)[2]) AS stage,
-       1 + sum(slowdown - 1) / {ANALYSED_STEPS} AS S_w
-FROM step_attribution FINAL
-WHERE {IN_RANGE} AND dimension = 'worker'
+SELECT toUInt32(splitByChar(',', a.`group`)[1]) AS dp_rank,
+       toUInt32(splitByChar(',', a.`group`)[2]) AS stage,
+       {S_W} AS S_w
+FROM {ATTRIBUTED}
+WHERE a.job = '${{job}}' AND a.dimension = 'worker'
 GROUP BY dp_rank, stage
 ORDER BY dp_rank, stage
 """
-"""S_w per worker over the step range; steps too fast to attribute count as 1."""
+"""S_w per worker over the step range."""
 
 PER_STEP = f"""
 SELECT time, `group` AS worker, slowdown AS S_w
@@ -49,11 +59,11 @@ ORDER BY time
 """The step's S against the selected worker's S_w (the worst worker's when All)."""
 
 TOP_WORKERS = f"""
-SELECT `group` AS worker,
-       1 + sum(slowdown - 1) / {ANALYSED_STEPS} AS S_w,
-       countIf(slowdown >= 1.03) AS steps_blamed
-FROM step_attribution FINAL
-WHERE {IN_RANGE} AND dimension = 'worker'
+SELECT a.`group` AS worker,
+       {S_W} AS S_w,
+       countIf(a.slowdown >= 1.03) AS steps_blamed
+FROM {ATTRIBUTED}
+WHERE a.job = '${{job}}' AND a.dimension = 'worker'
 GROUP BY worker
 ORDER BY S_w DESC
 LIMIT 20

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 def test_demo_prints_one_row_per_step_and_writes_the_heatmap(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    assert main(["demo", "--dir", str(tmp_path), "--clickhouse", f"chdb://{tmp_path}/chdb"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d+s", line)]
     assert len(rows) == 12

@@ -59,7 +59,9 @@ def test_report_numbers_equal_the_boards(dsn: str) -> None:
 
 def test_unknown_job_is_a_user_error(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", "no-such-job", "--clickhouse", dsn]) == 2
-    assert "has no steps" in capsys.readouterr().err
+    err = capsys.readouterr().err.splitlines()
+    expected = f"unknown job 'no-such-job' in {dsn} (jobs there: {JOB})"
+    assert err == [f"rankwatch report: error: {expected}"]
 
 
 def test_html_report_screenshot_shows_the_heatmap(dsn: str, tmp_path: Path) -> None:
