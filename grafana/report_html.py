@@ -9,7 +9,8 @@ import io
 
 import numpy as np
 
-from rankwatch.grafana.report import DIMENSION_NAMES, JobReport, key_numbers
+from rankwatch.grafana.report import DIMENSION_NAMES, JobReport, key_numbers, method_line
+from rankwatch.sim.heatmap import CMAP, colour_label, colour_scale
 
 _CSS = """
 body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1100px; }
@@ -30,14 +31,16 @@ def render_heatmap_png(grid: np.ndarray, title: str) -> bytes:
     fig = Figure(figsize=(min(3 + 0.9 * pp, 14), min(2 + 0.45 * dp, 14)), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    finite = grid[np.isfinite(grid)]
-    low = min(1.0, float(finite.min())) if finite.size else 1.0
-    image = ax.imshow(grid, aspect="auto", cmap="YlOrRd", vmin=low)
-    fig.colorbar(image, ax=ax, label="S_w")
+    low, _, high = colour_scale(grid)
+    image = ax.imshow(grid, aspect="auto", cmap=CMAP, vmin=low, vmax=high)
+    fig.colorbar(image, ax=ax, label=colour_label(grid))
     if dp * pp <= 256:
+        _, centre, _ = colour_scale(grid)
         for (d, p), value in np.ndenumerate(grid):
             if np.isfinite(value):
-                ax.text(p, d, f"{value:.2f}", ha="center", va="center", fontsize=8)
+                strong = abs(value - centre) > 0.6 * (high - centre)  # dark cell: white text
+                ax.text(p, d, f"{value:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if strong else "black")  # fmt: skip
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("DP rank")
     ax.set_xticks(range(pp))
@@ -55,6 +58,7 @@ def render_html(r: JobReport) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>rankwatch report: {esc(r.job)}</title><style>{_CSS}</style></head><body>",
         f"<h1>rankwatch report: job {esc(r.job)}</h1>",
+        f'<p class="muted">{esc(method_line(r))}</p>',
         "<table>",
         *(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in key_numbers(r)),
         "</table>",

@@ -78,10 +78,16 @@ def _findings(a: Analysis, workers: str) -> list[str]:
     spread = sum(s_g >= 1 + 0.25 * (a.slowdown - 1) for s_g in ranks.values()) / len(ranks)
     top_optype = next(iter(a.attribution("optype")))
     if a.m_w < _DOMINANT and a.m_s < 0.9 and spread >= 0.5:
+        # With a dominant stage split, every DP rank carries the heavy stage, so the spread
+        # speaks only for the part the stage split leaves unexplained.
+        part = (
+            f"the other {_pct(1 - a.m_s)} of the slowdown" if a.m_s >= _DOMINANT else "the slowdown"
+        )
+        not_split = "" if a.m_s >= _DOMINANT else " or the stage split"
         out.append(
             f"Finding: {_pct(spread)} of the DP ranks each explain a quarter of the slowdown "
-            f"or more, and {top_optype} is the op type most to blame: the slowdown is spread "
-            "over the job, not one machine or the stage split; uneven work per microbatch "
+            f"or more, and {top_optype} is the op type most to blame: {part} is spread "
+            f"over the job, not one machine{not_split}; uneven work per microbatch "
             "(e.g. sequence lengths) is a common cause: balance it."
         )
     if not out:

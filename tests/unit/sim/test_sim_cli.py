@@ -80,3 +80,16 @@ def test_st_matches_the_published_slowdown(capsys: pytest.CaptureFixture[str]) -
     published = json.loads((DATA / "result-ST.json").read_text())
     assert out["slowdown"] == pytest.approx(published["blocking_slowdown"], rel=0.005)
     assert out["M_S"] == pytest.approx(1.2194, abs=0.02)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"no shipped traces at {DATA}")
+def test_se_findings_do_not_contradict_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    """SE: the last stage explains 68.8%; the DP-rank spread may speak only for the rest
+    (it once said the slowdown was 'not ... the stage split' right below)."""
+    args = ["whatif", str(DATA / "trace-SE.parquet"), "--meta", str(DATA / "meta-SE.yaml")]
+    assert cli.main(args) == 0
+    findings = [line for line in capsys.readouterr().out.splitlines() if "Finding:" in line]
+    assert len(findings) == 2
+    assert "the last pipeline stage explains 68.8% of the slowdown" in findings[0]
+    assert "the other 31.2% of the slowdown is spread over the job" in findings[1]
+    assert not any("stage split" in line for line in findings)
