@@ -16,7 +16,9 @@ endef
 
 .PHONY: demo test lint typecheck unit integration wheel-check venv install kafka-fetch browser clean
 
-# The demo needs only the stream extra (no torch, no dev tools): a quick first run.
+# The demo needs the stream extra and, for `rankwatch grafana build`, the grafana one
+# (no torch, no dev tools): a quick first run. `. .venv/bin/activate` then puts
+# `rankwatch` on the PATH (README, "First run").
 demo: $(DEMO_STAMP)
 	$(link)
 	$(VENV)/bin/rankwatch demo
@@ -51,10 +53,11 @@ wheel-check: install
 venv: $(DEV_STAMP)
 
 # Third-party dependencies: reinstalled only when pyproject.toml or setup.py change.
-$(DEMO_STAMP): pyproject.toml setup.py
+# (The demo's also when its extras change here.)
+$(DEMO_STAMP): pyproject.toml setup.py Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(PY) -m pip install --quiet -e '.[stream]'
+	$(PY) -m pip install --quiet -e '.[stream,grafana]'
 	touch $@
 
 $(DEV_STAMP): pyproject.toml setup.py
