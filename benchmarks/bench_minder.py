@@ -5,15 +5,15 @@ Run on one core, from the repo root:
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_minder.py
     .venv/bin/python benchmarks/bench_minder.py --asd    # also the full ASD study (torch)
 
-Speed case (DETECTION.md, the paper's 3.6 s): one ``detect`` call over 15 minutes of
-1-second data of 1,000 machines (generated: a shared periodic load plus noise per
-machine), 10 metrics, each with its own LSTM-VAE (window 8, hidden 4, latent 8;
-trained for a few seconds on the healthy fleet when torch is installed, else random
-weights: the cost does not depend on their values), detection windows of 60 s,
-continuity 4 windows. Two cases: *healthy* (no machine stands out, so every metric is
-tried: the worst case) and *faulty* (one machine drifts in the top-priority metric, so
-the call stops after it). Timings: wall-clock median and spread over ``--repeat``
-runs after one warm-up, and median CPU time of the process.
+Speed case (docs/detection.md, "2. Faulty machines (Minder)"; the paper's 3.6 s): one
+``detect`` call over 15 minutes of 1-second data of 1,000 machines (generated: a shared
+periodic load plus noise per machine), 10 metrics, each with its own LSTM-VAE (window 8,
+hidden 4, latent 8; trained for a few seconds on the healthy fleet when torch is
+installed, else random weights: the cost does not depend on their values), detection
+windows of 60 s, continuity 4 windows. Two cases: *healthy* (no machine stands out, so
+every metric is tried: the worst case) and *faulty* (one machine drifts in the
+top-priority metric, so the call stops after it). Timings: wall-clock median and spread
+over ``--repeat`` runs after one warm-up, and median CPU time of the process.
 """
 
 from __future__ import annotations

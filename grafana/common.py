@@ -164,4 +164,4 @@ def thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
 
 
 SLOWDOWN_THRESHOLDS = ((None, "green"), (1.03, "yellow"), (1.1, "orange"), (1.25, "red"))
-"""S below 1.03 is noise (WHATIF.md); 10% and 25% mark a serious straggler."""
+"""S below 1.03 is noise (docs/whatif.md, "The figures"); 10% and 25% mark a serious straggler."""

@@ -1,4 +1,4 @@
-"""The what-if engine (WHATIF.md): pure numpy, no I/O.
+"""The what-if engine (docs/whatif.md): pure numpy, no I/O.
 
 Offline, over a whole trace::
 

@@ -1,4 +1,4 @@
-"""The analyses of WHATIF.md over any set of steps: offline (all) or online (one).
+"""The figures of docs/whatif.md over any set of steps: offline (all) or online (one).
 
 Every figure is a step time from one simulation pass over lanes (scenario, step,
 dp rank): the recorded costs (T), the ideal costs (T_ideal), the ideal with one
@@ -32,7 +32,7 @@ TOP_WORKER_SHARE = 0.03
 """M_W fixes this share of the workers (rounded up, at least one)."""
 
 WORTH_ATTRIBUTING = 1.03
-"""Below this slowdown the attributions are mostly noise (WHATIF.md)."""
+"""Below this slowdown the attributions are mostly noise (docs/whatif.md, "The figures")."""
 
 _MAX_CELLS = 1 << 24
 """Scenarios are simulated in chunks of at most this many (op, lane) cells (memory)."""

@@ -1,4 +1,4 @@
-"""Infer the dependency model of WHATIF.md from one step of DP rank 0.
+"""Infer the dependency model (docs/whatif.md, "The dependency model") from one step of DP rank 0.
 
 Rules, per stage (a worker's ops in start order):
 

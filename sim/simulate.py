@@ -7,7 +7,7 @@ the only Python loop is over levels. Inputs come as tables in plan order
 (``graph.plan_nodes``): row r holds the op ``plan_nodes[r]``. The last lane axis is
 the DP axis: groups that span DP ranks take their latest start over it.
 
-Rules (WHATIF.md): start = latest end of the dependencies (0 for none) + launch
+Rules (docs/whatif.md, "Simulation"): start = latest end of the dependencies (0 for none) + launch
 delay; a compute op ends at start + duration; a communication op ends at the latest
 start in its group + its transfer duration; the step ends with the latest final op.
 

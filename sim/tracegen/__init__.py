@@ -2,7 +2,7 @@
 
 rankwatch must run from a plain clone, where no real trace exists: the demo, the tests
 and the benchmarks take their jobs from here. A trace follows the conventions of the
-shipped straggler traces and the dependency model of ``WHATIF.md`` exactly, so the
+shipped straggler traces and the dependency model of ``docs/whatif.md`` exactly, so the
 what-if engine, re-simulating a generated trace with its recorded durations and launch
 delays, reproduces the recorded step times; with ``launch_delay_s = 0`` it finds no
 launch delay at all.

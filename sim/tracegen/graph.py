@@ -1,6 +1,6 @@
 """The op graph of one model-parallel group (all stages of one DP rank) for one step.
 
-It is the dependency model of ``WHATIF.md``, built forward from a schedule instead of
+It is the dependency model of ``docs/whatif.md``, built forward from a schedule instead of
 inferred from a trace, so that a generated trace is exactly what the what-if engine
 will read back: per worker a compute stream, four point-to-point streams and one
 data-parallel stream, edges between them, and communication groups whose members end
@@ -183,7 +183,7 @@ def _add_point_to_point(
     compute: list[int],
     messages: dict[tuple[str, int, int], dict[str, int]],
 ) -> None:
-    """Recvs feed their compute, computes feed their sends (WHATIF.md, edges).
+    """Recvs feed their compute, computes feed their sends (docs/whatif.md, "The dependency model").
 
     A recv is posted once the previous compute of its kind has finished (and its own
     stream is free); the first backward send/recv also waits for the forward compute two

@@ -1,4 +1,4 @@
-"""Hang detection (DETECTION.md section 1): pure core, fed heartbeats and stack dumps.
+"""Hang detection (docs/detection.md, "1. Hangs"): pure core, fed heartbeats and stack dumps.
 
 :class:`~rankwatch.streams.hang.detector.HangDetector` decides which ranks are
 stalled and when a job is hung, and names culprits, waiters and suspects;

@@ -1,7 +1,7 @@
 """Hang detection end to end: the real gloo PP x DP workload, the real broker, the real
 ``rankwatch hang worker`` (faust) writing to real chDB.
 
-Ground truth (DETECTION.md section 1): one rank stopped with SIGSTOP mid-step is named
+Ground truth (docs/detection.md, "1. Hangs"): one rank stopped with SIGSTOP mid-step is named
 the culprit and every other rank waiting, within (threshold + 2 heartbeat periods) of
 the stop, the merged stacks show it missing from the waits every other rank sits in,
 and SIGCONT resolves the episode; a SIGKILLed rank is reported silent; a rank that is

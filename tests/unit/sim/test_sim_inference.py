@@ -1,4 +1,4 @@
-"""The inferred dependency model: the edges WHATIF.md names, no-op sends/recvs skipped."""
+"""The inferred dependency model: the edges docs/whatif.md names, no-op sends/recvs skipped."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The shipped traces reproduce their published what-if results (WHATIF.md, README there)."""
+"""The shipped traces reproduce their published what-if results (docs/whatif.md, "Checks";
+the data's own README)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Generated traces read back through WHATIF.md's dependency model, inferred from scratch.
+"""Generated traces read back through docs/whatif.md's dependency model, inferred from scratch.
 
-The helper below is a small, slow, independent reading of WHATIF.md: it infers the
+The helper below is a small, slow, independent reading of docs/whatif.md: it infers the
 graph from one step of dp_rank 0 of a *trace* (not from the generator's own graph),
 derives transfer durations and launch delays, and re-simulates. The generator must
 agree with it exactly; the same reader reproduces the published no-delay step times of
@@ -45,7 +45,7 @@ def _ops_of_template(trace: Trace) -> list[dict]:
 
 
 def infer_graph(trace: Trace, meta: JobMeta) -> tuple[dict[Op, set[Op]], list[tuple[Op, ...]]]:
-    """Dependencies and communication groups (within one DP rank) per WHATIF.md."""
+    """Dependencies and communication groups (within one DP rank) per docs/whatif.md."""
     pp, chunks = meta.pp_size, meta.pp_size * meta.vpp_size
     by_stage: dict[int, list[dict]] = defaultdict(list)
     for op in _ops_of_template(trace):
