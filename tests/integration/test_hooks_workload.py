@@ -176,7 +176,7 @@ def test_interleaved_schedule_runs_and_its_steps_are_analysed(tmp_path: Path) ->
     from rankwatch.commands.workload import run_embedded_workload
 
     cfg = WorkloadConfig(dp=1, pp=2, schedule="interleaved", steps=4, microbatches=4, job="il")
-    run = run_embedded_workload(cfg, tmp_path)
+    run = run_embedded_workload(cfg, tmp_path, dsn=f"chdb://{tmp_path}/chdb")
     assert [r["step"] for r in run.rows] == [0, 1, 2, 3]
     assert all(not r["partial"] and r["t_sim"] is not None for r in run.rows)
     assert set(run.trace.mc.tolist()) == {-1, 0, 1}  # two model chunks per rank
