@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UserError(f"cannot write heatmap {args.heatmap}: {exc}") from exc
     if args.format == "json":
-        print(orjson.dumps(analysis.to_json()).decode())
+        print(orjson.dumps({"method": "offline", **analysis.to_json()}).decode())
     else:
         print(describe(analysis))
     return 0

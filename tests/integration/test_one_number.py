@@ -102,7 +102,7 @@ def test_whatif_demo_report_and_panels_agree(
             for dim, (b, t, column) in TOP_PANELS.items()
         }
     # live: whatif --window, the report and the panels, to float precision
-    assert live["method"] == "live" and live["window"] == WINDOW
+    assert live["method"] == "live" and live["window"] == WINDOW and offline["method"] == "offline"
     assert live["slowdown"] == pytest.approx(report.slowdown, rel=1e-12)
     assert s_panel == pytest.approx(live["slowdown"], rel=1e-12)
     for dim, rows in tops.items():  # the panels list the top 10 (workers: 20) groups
