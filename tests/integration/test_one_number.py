@@ -9,9 +9,11 @@ block.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
+from contextlib import redirect_stdout
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,18 +57,20 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return captured.out
 
 
-@pytest.fixture(params=["generator", "torch"])
+@pytest.fixture(scope="module", params=["generator", "torch"])
 def demo(
-    request: pytest.FixtureRequest,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Demo]:
-    dsn = f"chdb://{tmp_path / 'store'}"
-    monkeypatch.setenv("RANKWATCH_CLICKHOUSE", dsn)
-    monkeypatch.chdir(tmp_path)  # the demo's files land in ./var/demo, as for a user
-    out = run(["demo", "--workload", request.param], capsys)
-    yield Demo(dsn, out, tmp_path / "var" / "demo")
+    """One demo run per workload, shared by the tests (the torch one takes seconds)."""
+    tmp = tmp_path_factory.mktemp(f"demo-{request.param}")
+    dsn = f"chdb://{tmp / 'store'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RANKWATCH_CLICKHOUSE", dsn)
+        patch.chdir(tmp)  # the demo's files land in ./var/demo, as for a user
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert main(["demo", "--workload", request.param]) == 0
+        yield Demo(dsn, out.getvalue(), tmp / "var" / "demo")
 
 
 def test_every_command_finds_the_demo_job_without_flags(
