@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
         "--dir", type=Path, default=DEFAULT_DIR, help="exported trace, meta and heatmap"
     )
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
-    parser.add_argument("--job", default="demo", help="job id to store the results under")
+    parser.add_argument(
+        "--job", default="demo", help="job id to store under (its earlier rows are replaced)"
+    )
     parser.add_argument(
         "--workload",
         choices=("generator", "torch"),
