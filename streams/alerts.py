@@ -11,10 +11,23 @@ resolved message share it, and a re-analysis after a restart produces the same i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.streams.times import utc
 from rankwatch.streams.window import SlowdownWindow
+
+
+def alert_row(message: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``alerts`` row of an alert message (straggler, hang or Minder): the message's
+    fields as its table contract says, evidence as JSON, ``time`` its ms copy."""
+    row = CONTRACTS["alerts"].row(message, time=utc(message["ts_ns"]))
+    row["evidence"] = orjson.dumps(message["evidence"]).decode()
+    return row
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from rankwatch.schemas.codec import InvalidMessage, decode
+from rankwatch.streams.alerts import alert_row
 from rankwatch.streams.deadletter import dead_letter_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
@@ -120,19 +119,6 @@ def hang_alert(ep: Episode, now_ns: int) -> dict[str, Any]:
             "where": ep.culprit_where,
             "step": ep.step,
         },
-    }
-
-
-def alert_row(alert: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "job": alert["job"],
-        "alert_id": alert["alert_id"],
-        "kind": alert["kind"],
-        "state": alert["state"],
-        "severity": alert["severity"],
-        "time": utc(alert["ts_ns"]),
-        "summary": alert["summary"],
-        "evidence": orjson.dumps(alert["evidence"]).decode(),
     }
 
 
