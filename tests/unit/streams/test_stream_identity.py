@@ -26,7 +26,9 @@ def batches() -> list[ReplayedBatch]:
     return several_jobs(["job-st"], steps=4, origin_ns=ORIGIN)
 
 
-def run(items: list[tuple[OpBatch, bytes | None]], keep_ops: bool = True) -> tuple[Pipeline, Output]:
+def run(
+    items: list[tuple[OpBatch, bytes | None]], keep_ops: bool = True
+) -> tuple[Pipeline, Output]:
     pipeline = Pipeline(assembly=AssemblyConfig(grace_s=1e9), keep_ops=keep_ops)
     out = Output()
     for offset, (batch, key) in enumerate(items):
@@ -47,7 +49,9 @@ def without_dead_letters(out: Output) -> dict[str, list[dict]]:
 def comparable(rows: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """Rows less the processing-time bookkeeping (analysed_at, version)."""
     drop = {"analysed_at", "version"}
-    return {t: [{k: v for k, v in r.items() if k not in drop} for r in rs] for t, rs in rows.items()}
+    return {
+        t: [{k: v for k, v in r.items() if k not in drop} for r in rs] for t, rs in rows.items()
+    }
 
 
 def bad_copy(batch: OpBatch, **changes: object) -> OpBatch:
@@ -71,7 +75,7 @@ def test_a_contradicting_batch_is_a_dead_letter_and_changes_nothing(
     batches: list[ReplayedBatch], case: str
 ) -> None:
     make, reason, detail = CASES[case]
-    clean_pipeline, clean = run(good(batches))
+    _, clean = run(good(batches))
     bad = make(batches[5].batch)
     dirty_items = good(batches)
     dirty_items.insert(9, (bad, bad.job.encode()))
