@@ -1,8 +1,8 @@
 """Dead letters: a message a worker refused, with the reason (one shape for every topic).
 
 Each goes to the ``dead_letters`` table (for SQL) and, from the workers, to the
-``<prefix>.dead-letters`` topic (for automation): keyed by job (the message's key when
-the body names none), the value the original bytes untouched, the reason and where the
+``<prefix>.dead-letters`` topic (for automation): keyed by job (the message's own key,
+else the job its body names), the value the original bytes untouched, the reason and where the
 message came from in headers (:data:`rankwatch.schemas.topics.DEAD_LETTER_HEADERS`).
 """
 
@@ -37,8 +37,9 @@ class DeadLetter:
 
 def dead_letter(data: bytes, source: Any, reason: str, detail: str, job: str = "") -> DeadLetter:
     """``source`` is a :class:`rankwatch.streams.pipeline.Source`; ``job`` the job the
-    body names, when it could be read."""
-    key = job or (source.key or b"").decode("utf-8", "replace")
+    body names, when it could be read. Keyed as it was read (the partition's job: a body
+    that names another is the suspect), else by the body's job."""
+    key = (source.key or b"").decode("utf-8", "replace") or job
     return DeadLetter(
         key, bytes(data), reason, detail[:1000], source.topic, source.partition, source.offset
     )
