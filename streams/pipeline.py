@@ -176,7 +176,7 @@ class Pipeline:
         if restore is not None:
             restore(history.analysed)
         if self.alerts is not None:
-            self.alerts.restore(job, history.slowdowns, history.open_alert)
+            self.alerts.restore(job, history.slowdowns, history.open_alert, history.leaders)
 
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
@@ -222,7 +222,9 @@ class Pipeline:
         if self.alerts is None:
             return
         top = max(analysis.attributions, key=lambda a: a[2]) if analysis.attributions else None
-        alert = self.alerts.observe(step.job, step.step, step.start_ns, analysis.slowdown, top)
+        alert = self.alerts.observe(
+            step.job, step.step, step.start_ns, analysis.slowdown, top, leaders(analysis)
+        )
         if alert is not None:
             out.add("alerts", alert_row(alert.message()))
             out.messages.append(("alerts", alert.job, alert.message()))
@@ -256,6 +258,8 @@ class JobHistory:
     process (None when there is no row yet)."""
     coordinates: dict[int, Coordinates] = field(default_factory=dict)
     """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
+    leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
+    """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
     stored_batches: frozenset[tuple[int, int]] = frozenset()
     """(rank, batch_seq) of the batches whose records are stored for steps not closed
     yet: re-read after a restart, they feed their steps but are not stored again."""
@@ -264,6 +268,15 @@ class JobHistory:
     def open_alert(self) -> str | None:
         alert = self.last_alert
         return alert.alert_id if alert is not None and alert.state == "firing" else None
+
+
+def leaders(analysis: StepAnalysis) -> dict[str, tuple[str, float]]:
+    """The top group (largest S_g) of each dimension of a step's attributions, with S_g."""
+    best: dict[str, tuple[str, float]] = {}
+    for dimension, group, value in analysis.attributions:
+        if dimension not in best or value > best[dimension][1]:
+            best[dimension] = (group, value)
+    return best
 
 
 def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) -> dict[str, Any]:

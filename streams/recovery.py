@@ -42,6 +42,11 @@ _JOB = (
     "groupUniqArrayArray(hosts) AS hosts, argMax(dp_size, version) AS dp_size, "
     "argMax(pp_size, version) AS pp_size FROM jobs WHERE job = {job:String}"
 )
+_LEADERS = (
+    "SELECT step, dimension, argMax(group, slowdown) AS top, max(slowdown) AS value "
+    "FROM step_attribution FINAL "
+    "WHERE job = {job:String} AND step IN {steps:Array(UInt64)} GROUP BY step, dimension"
+)
 _STORED_BATCHES = (
     "SELECT DISTINCT rank, batch_seq FROM ops WHERE job = {job:String} "
     "AND step >= {low:UInt64} AND step NOT IN {closed:Array(UInt64)}"
@@ -84,7 +89,16 @@ def load_history(
         layout=(int(stored_job["dp_size"]), int(stored_job["pp_size"])) if known else None,
         coordinates=_coordinates(store, job, max(closed)) if closed else {},
         stored_batches=_stored_batches(store, job, closed, closed_memory),
+        leaders=_leaders(store, job, list(slowdowns)),
     )
+
+
+def _leaders(store: Store, job: str, steps: list[int]) -> dict[int, dict[str, tuple[str, float]]]:
+    """The top group of each dimension in each of ``steps``, as the live run saw them."""
+    out: dict[int, dict[str, tuple[str, float]]] = {}
+    for row in store.query(_LEADERS, {"job": job, "steps": steps}) if steps else []:
+        out.setdefault(int(row["step"]), {})[row["dimension"]] = (row["top"], float(row["value"]))
+    return out
 
 
 def _stored_batches(
