@@ -14,7 +14,7 @@ from typing import Any
 
 from rankwatch.schemas.codec import InvalidMessage, decode
 from rankwatch.streams.alerts import alert_row
-from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
 from rankwatch.streams.pipeline import Output, Source
@@ -76,6 +76,7 @@ class HangService:
         self.dead_letters += 1
         out = Output()
         out.add("dead_letters", dead_letter_row(data, source, now_ns, exc.reason, exc.detail))
+        out.dead_letters.append(dead_letter(data, source, exc.reason, exc.detail))
         return out
 
 

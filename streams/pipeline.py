@@ -41,6 +41,24 @@ class Source:
     gives the same row (the table collapses it) rather than a second one."""
 
 
+DEAD_LETTERS = "dead-letters"
+"""The kind (topic ``<prefix>.dead-letters``) of a refused message's publication."""
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message for ``<prefix>.<kind>``, keyed by job, sent once its rows are stored."""
+
+    kind: str
+    key: str
+    value: bytes
+    headers: list[tuple[str, bytes]] | None = None
+
+    @classmethod
+    def of_dead_letter(cls, letter: DeadLetter) -> Publication:
+        return cls(DEAD_LETTERS, letter.key, letter.data, letter.headers())
+
+
 @dataclass(frozen=True)
 class StepAnalysis:
     """What the what-if engine adds to a step row (None when not analysed)."""

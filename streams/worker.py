@@ -18,10 +18,10 @@ from typing import Any
 import faust
 import orjson
 
-from rankwatch.streams.faustapp import new_app, shorten_fetch_wait
+from rankwatch.streams.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
 from rankwatch.streams.health import health_problems, write_status
-from rankwatch.streams.pipeline import Source
-from rankwatch.streams.worker_state import DEAD_LETTERS, WorkerSettings, WorkerState
+from rankwatch.streams.pipeline import DEAD_LETTERS, Source
+from rankwatch.streams.worker_state import WorkerSettings, WorkerState
 
 __all__ = ["WorkerSettings", "WorkerState", "build_app"]
 
@@ -54,22 +54,14 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    out_topics = {
-        kind: app.topic(
-            f"{settings.topic_prefix}.{kind}", key_serializer="raw", value_serializer="raw"
-        )
-        for kind in OUTPUT_KINDS
-    }
+    out_topics = output_topics(app, settings.topic_prefix, OUTPUT_KINDS)
     counters_log = _EveryMinute()
 
     async def settle() -> None:
         """Store, acknowledge what is stored, announce it (and the dead letters)."""
         for event in state.flush():
             event.ack()
-        for pub in state.take_publishable():
-            await out_topics[pub.kind].send(
-                key=pub.key.encode(), value=pub.value, headers=pub.headers
-            )
+        await send_all(out_topics, state.take_publishable())
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:

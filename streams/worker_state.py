@@ -30,7 +30,7 @@ from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.assembly import AssemblyConfig
 from rankwatch.streams.deadletter import DeadLetter
-from rankwatch.streams.pipeline import Output, Pipeline, Source
+from rankwatch.streams.pipeline import Output, Pipeline, Publication, Source
 from rankwatch.streams.recovery import load_history
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
@@ -38,18 +38,6 @@ from rankwatch.streams.store import Store, StoreError
 log = logging.getLogger("rankwatch.worker")
 
 MAX_BACKOFF_S = 30.0
-DEAD_LETTERS = "dead-letters"
-"""The kind (topic ``<prefix>.dead-letters``) of a refused message's publication."""
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One message for ``<prefix>.<kind>``, keyed by job."""
-
-    kind: str
-    key: str
-    value: bytes
-    headers: list[tuple[str, bytes]] | None = None
 
 
 @dataclass(frozen=True)
@@ -297,7 +285,7 @@ class WorkerState:
         dead, self._publishable_dead = self._publishable_dead, []
         self.counters.published += len(ready) + len(dead)
         out = [Publication(kind, key, encode(kind, message)) for kind, key, message in ready]
-        out += [Publication(DEAD_LETTERS, d.key, d.data, d.headers()) for d in dead]
+        out += [Publication.of_dead_letter(d) for d in dead]
         return out
 
     def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:

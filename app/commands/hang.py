@@ -63,7 +63,8 @@ def run_worker(args: argparse.Namespace) -> int:
         hang=HangConfig(k=args.k, floor_s=args.floor, silent_after_s=args.silent_after),
     )
     prefix = settings.topic_prefix
-    make_topics(config.kafka, [f"{prefix}.{kind}" for kind in ("heartbeats", "stacks", "alerts")])
+    kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
+    make_topics(config.kafka, [f"{prefix}.{kind}" for kind in kinds])
     app, _state = build_hang_app(settings)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0
