@@ -30,7 +30,8 @@ from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.alerts import StragglerAlerts
 from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig
+from rankwatch.streams.assembly import AssemblyConfig, StepAssembler, _Job
+from rankwatch.streams.identity import JobIdentities
 from rankwatch.streams.pipeline import Pipeline, Source
 from rankwatch.streams.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
@@ -80,6 +81,31 @@ def _run(messages: list[tuple[bytes, bytes]], checks: bool, analyse: bool) -> fl
     return time.perf_counter() - began
 
 
+def _checks_alone(batches: list[Any], repeat: int) -> dict[str, float]:
+    """The checks by themselves, per batch: identity check + accept, and the late-step
+    lookup against a job with 4,096 closed steps. Minimum over repeats: noise on a
+    shared machine only ever adds."""
+    job = _Job(layout=(batches[0].dp_size, batches[0].pp_size))
+    job.closed.update(dict.fromkeys(range(10**6, 10**6 + 4096)))
+    identity, late = [], []
+    for _ in range(repeat):
+        ids = JobIdentities()
+        began = time.perf_counter()
+        for b in batches:
+            ids.check(b, b.job.encode())
+            ids.accept(b)
+        identity.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        for b in batches:
+            StepAssembler._late_steps(job, b)
+        late.append(time.perf_counter() - began)
+    n = len(batches)
+    return {
+        "identity_us_per_batch_min": round(min(identity) / n * 1e6, 2),
+        "late_steps_us_per_batch_min": round(min(late) / n * 1e6, 2),
+    }
+
+
 def _peak_mib(run: Callable[[], float]) -> float:
     tracemalloc.start()
     run()
@@ -106,6 +132,11 @@ def measure(trace: Any, meta: Any, repeat: int, analyse: bool) -> dict[str, Any]
             "wall_s_median": round(statistics.median(w), 4),
             "peak_mib": round(_peak_mib(lambda c=checks: _run(messages, c, analyse)), 1),
         }
+    out["checks_alone"] = _checks_alone([b.batch for b in batches], repeat)
+    out["pipeline_us_per_batch_min"] = {
+        name: round(min(walls[c]) / len(messages) * 1e6, 1)
+        for c, name in ((False, "without_checks"), (True, "with_checks"))
+    }
     ratios = [a / b for a, b in zip(walls[True], walls[False], strict=True)]
     out["cost_ratio_median"] = round(statistics.median(ratios), 3)
     out["cost_ratio_min_max"] = [round(min(ratios), 3), round(max(ratios), 3)]
