@@ -10,6 +10,8 @@ Environment variables:
 - ``RANKWATCH_CLICKHOUSE``: DSN, ``chdb://<dir>`` (embedded) or ``http(s)://...``
 - ``RANKWATCH_DATABASE``: ClickHouse database name (default: the DSN's, else rankwatch)
 - ``RANKWATCH_GRACE_S``: seconds before an incomplete step is analysed as partial
+- ``RANKWATCH_STEP_WINDOW``: steps a batch may be from its job's newest (else a dead letter)
+- ``RANKWATCH_PARTITIONS`` / ``RANKWATCH_REPLICATION``: for the topics a worker creates
 - ``RANKWATCH_GROUP``: the workers' Kafka consumer group
 - ``RANKWATCH_TOPIC_PREFIX``: topics are ``<prefix>.ops`` etc. (default ``rankwatch``)
 """
@@ -36,7 +38,15 @@ class KafkaConfig:
     topic_prefix: str = "rankwatch"
     """Topics are ``<prefix>.ops``, ``<prefix>.steps``, ... (see rankwatch.schemas.topics)."""
     partitions: int = 8
-    """Partitions the worker creates its input topics with when they do not exist."""
+    """Partitions a worker creates its topics with when they do not exist (it warns
+    when an existing topic has another count: keys then map to other partitions)."""
+    replication: int = 1
+    """Replication factor of the topics a worker creates (3 on a production cluster)."""
+    retention_hours: float = 168.0
+    """``retention.ms`` of the topics a worker creates: how long a stopped worker may
+    stay away and still read everything on restart."""
+    connect_wait_s: float = 120.0
+    """How long a starting worker waits for the broker before it gives up."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,9 @@ _ENV = {
     "RANKWATCH_DATABASE": ("clickhouse", "database"),
     "RANKWATCH_GRACE_S": ("assembly", "grace_s"),
     "RANKWATCH_LATE": ("assembly", "late"),
+    "RANKWATCH_STEP_WINDOW": ("assembly", "step_window"),
+    "RANKWATCH_PARTITIONS": ("kafka", "partitions"),
+    "RANKWATCH_REPLICATION": ("kafka", "replication"),
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -122,18 +122,35 @@ _CONSTRAINT = re.compile(r"^CONSTRAINT\s+(?P<name>\w+)\s+CHECK\s+(?P<expr>.+)$",
 _CLAUSES = ("ENGINE =", "PARTITION BY", "ORDER BY", "TTL")
 
 
+_ADD_COLUMN = re.compile(
+    r"^ALTER TABLE (?P<name>\w+) ADD COLUMN IF NOT EXISTS (?P<column>.+)$", re.S
+)
+
+
 @cache
 def tables() -> dict[str, TableDDL]:
-    """Every table the migrations create, as declared (CREATE TABLE only, by design:
-    a migration that alters a table must extend this parser, and its tests)."""
+    """Every table as the migrations leave it. Understood: CREATE TABLE, and ALTER TABLE
+    ... ADD COLUMN IF NOT EXISTS (appended at the end); anything else must extend this
+    parser, and its tests."""
     found: dict[str, TableDDL] = {}
     for migration in migrations():
         for statement in migration.statements:
-            match = _CREATE.match(statement)
-            if not match:
+            if match := _CREATE.match(statement):
+                found[match["name"]] = _table(match["name"], match["body"], match["tail"])
+            elif (match := _ADD_COLUMN.match(statement)) and match["name"] in found:
+                found[match["name"]] = _with_column(found[match["name"]], match["column"])
+            else:
                 raise RuntimeError(f"{migration.name}: cannot read statement {statement[:60]!r}")
-            found[match["name"]] = _table(match["name"], match["body"], match["tail"])
     return found
+
+
+def _with_column(table: TableDDL, text: str) -> TableDDL:
+    column = _COLUMN.match(text.strip())
+    if column is None:
+        raise RuntimeError(f"table {table.name}: cannot read {text!r}")
+    columns = {**table.columns, column["name"]: column["type"].strip()}
+    defaulted = table.defaulted | ({column["name"]} if column["default"] else set())
+    return replace(table, columns=columns, defaulted=frozenset(defaulted))
 
 
 def _table(name: str, body: str, tail: str) -> TableDDL:

@@ -62,10 +62,9 @@ CONTRACTS: dict[str, TableContract] = {
         table="ops",
         kind="ops",
         renames={"start_ns": "time"},
-        # batch bookkeeping and job-wide facts (the jobs table holds the sizes)
-        omitted=frozenset(
-            {"schema", "version", "batch_seq", "sent_ns", "dp_size", "pp_size", "steps_done"}
-        ),
+        # job-wide facts (the jobs table holds the sizes) and send-side bookkeeping;
+        # batch_seq stays: a restarted worker recognises the batches it stored
+        omitted=frozenset({"schema", "version", "sent_ns", "dp_size", "pp_size", "steps_done"}),
         bookkeeping=frozenset({"inserted_at"}),
     ),
     "steps": TableContract(
@@ -75,7 +74,8 @@ CONTRACTS: dict[str, TableContract] = {
         omitted=frozenset({"schema", "version", "top_attribution"}),  # -> step_attribution
         bookkeeping=frozenset({"analysed_at", "version"}),
     ),
-    "alerts": TableContract(table="alerts", kind="alerts", renames={"ts_ns": "time"}),
+    # ts_ns as it is (a re-sent alert keeps it to the ns), time its ms copy for Grafana
+    "alerts": TableContract(table="alerts", kind="alerts", bookkeeping=frozenset({"time"})),
 }
 """Table name -> its contract, for the tables that store a message kind as it is."""
 

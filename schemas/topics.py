@@ -13,5 +13,14 @@ TOPICS: dict[str, str] = {
 """Message kind -> topic. Messages are keyed by job, so one worker owns a job's state."""
 
 DEAD_LETTER_TOPIC = "rankwatch.dead-letters"
-"""Where a worker may republish a message it could not decode (the ``dead_letters`` table
-holds the same)."""
+"""Where a worker republishes every message it refused, keyed by job, the value the
+original bytes (the ``dead_letters`` table holds the same, its payload cut to 4 KiB)."""
+
+DEAD_LETTER_HEADERS: tuple[str, ...] = (
+    "rankwatch-reason",
+    "rankwatch-detail",
+    "rankwatch-source-topic",
+    "rankwatch-source-partition",
+    "rankwatch-source-offset",
+)
+"""Kafka headers of a dead letter (UTF-8 values): why it was refused and where it was read."""

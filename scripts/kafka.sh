@@ -121,6 +121,8 @@ running_pid() {
 }
 
 # Kafka's cluster ids are 16 random bytes in unpadded URL-safe base64 (22 characters).
+# One in 64 starts with '-': pass it as --cluster-id=ID, never as a separate argument
+# (the tool's parser then takes it for an option and the broker does not start).
 random_cluster_id() { head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n'; }
 
 write_config() {
@@ -138,7 +140,7 @@ format_storage() {
     [[ ${KAFKA_CDS:-1} == 1 && -f $CDS_ARCHIVE ]] && cds=-XX:SharedArchiveFile=$CDS_ARCHIVE
     java $HEAP_OPTS $JVM_OPTS $cds -Dlog4j2.configurationFile="$LOG4J_CONFIG" \
         -Dkafka.logs.dir="$dir/logs" -cp "$LIBS/*" kafka.tools.StorageTool \
-        format -t "$cluster_id" -c "$dir/server.properties" >"$dir/logs/format.out" 2>&1 ||
+        format --cluster-id="$cluster_id" -c "$dir/server.properties" >"$dir/logs/format.out" 2>&1 ||
         die "formatting storage failed: $(tail -n 20 "$dir/logs/format.out")"
 }
 

@@ -61,8 +61,17 @@ class AssemblyConfig:
     once every worker is in. Only in memory: a restart forgets the kept steps."""
     reopen_memory: int = 8
     """Per job, the latest partial steps kept for late batches (``late = "reanalyse"``)."""
+    step_window: int = 4096
+    """A batch naming a step farther than this from its job's newest accepted step is a
+    dead letter (:mod:`~rankwatch.streams.identity`). At most ``closed_memory``: a step
+    inside the window behind is then always remembered as stored if it was."""
 
     def __post_init__(self) -> None:
+        if not 1 <= self.step_window <= self.closed_memory:
+            raise ValueError(
+                f"step_window must be 1..closed_memory ({self.closed_memory}),"
+                f" got {self.step_window}"
+            )
         if self.late not in LATE_POLICIES:
             raise ValueError(f"late must be one of {', '.join(LATE_POLICIES)}, got {self.late!r}")
         if self.reopen_memory < 0:
@@ -163,6 +172,9 @@ class Added:
     pending: tuple[int, ...]
     fresh: bool
     """False for a duplicate batch: nothing of it was kept."""
+    late: frozenset[int] = frozenset()
+    """Steps of the batch that were closed (and stored) already: their records are not
+    stored again."""
 
 
 class StepAssembler:
@@ -186,9 +198,10 @@ class StepAssembler:
             self.counters.duplicate_batches += 1
             self.counters.duplicate_records += len(batch)
             return Added([], (), fresh=False)
+        late = self._late_steps(job, batch)
         if batch.tp_rank != 0 or batch.cp_rank != 0:
             self.counters.peer_records += len(batch)
-            return Added([], (), fresh=True)
+            return Added([], (), fresh=True, late=late)
         worker = (batch.dp_rank, batch.pp_rank)
         touched = self._file_records(job, batch, worker, now_ns)
         self._file_step_ends(job, batch, worker, now_ns, touched)
@@ -197,7 +210,7 @@ class StepAssembler:
         closed += self._reclose_completed(batch.job, job, touched)
         closed += self._evict_overflow(batch.job, job)
         pending = tuple(s for s in sorted(touched) if s in job.open)
-        return Added(closed, pending, fresh=True)
+        return Added(closed, pending, fresh=True, late=late)
 
     def knows(self, job: str) -> bool:
         return job in self._jobs
@@ -245,6 +258,17 @@ class StepAssembler:
         if job is None:
             job = self._jobs[batch.job] = _Job(layout=(batch.dp_size, batch.pp_size))
         return job
+
+    @staticmethod
+    def _late_steps(job: _Job, batch: OpBatch) -> frozenset[int]:
+        """The batch's steps that closed already and wait for no late batch."""
+        if not job.closed:
+            return frozenset()
+        first = int(batch.step[0])
+        if first not in job.closed and bool((batch.step == first).all()):
+            return frozenset()  # the usual batch: one open step
+        steps = set(np.unique(batch.step).tolist())
+        return frozenset(s for s in steps if s in job.closed and s not in job.kept)
 
     def _is_duplicate(self, job: _Job, batch: OpBatch) -> bool:
         key = (batch.rank, batch.batch_seq)

@@ -22,14 +22,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # aiokafka is loaded only when a topic is created
-    from aiokafka.admin import AIOKafkaAdminClient
 
 SCRIPT_ENV = "RANKWATCH_KAFKA_SCRIPT"
-# Error code 36: the topic exists already. Creating is idempotent for callers.
-_TOPIC_ALREADY_EXISTS = 36
 
 
 class DevBrokerError(RuntimeError):
@@ -160,44 +154,13 @@ async def create_topics(
     """Create topics with ``partitions`` partitions and one replica; existing ones are kept.
 
     Waits until every partition has a leader, so a producer or consumer started right
-    after does not race the broker's metadata.
+    after does not race the broker's metadata (the workers' own start-up path,
+    :func:`rankwatch.streams.topics.ensure_topics`).
     """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import for_code
+    from rankwatch.streams.topics import TopicError, TopicPlan, ensure_topics
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    plan = TopicPlan(partitions, 1, retention_ms=None, config=dict(config or {}))
     try:
-        new = [NewTopic(n, partitions, 1, topic_configs=dict(config or {})) for n in names]
-        response = await admin.create_topics(new)
-        for topic, code, *rest in response.topic_errors:
-            if code not in (0, _TOPIC_ALREADY_EXISTS):
-                message = rest[0] if rest else ""
-                raise DevBrokerError(f"creating topic {topic}: {for_code(code).__name__} {message}")
-        await _wait_for_leaders(admin, names)
-    finally:
-        await admin.close()
-
-
-async def _wait_for_leaders(
-    admin: AIOKafkaAdminClient, names: Sequence[str], timeout_s: float = 30.0
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        described = await admin.describe_topics(list(names))
-        if all(_has_leaders(topic) for topic in described):
-            return
-        if loop.time() > deadline:
-            raise DevBrokerError(f"topics {list(names)} have no leaders after {timeout_s:.0f}s")
-        await asyncio.sleep(0.1)
-
-
-def _has_leaders(topic: Mapping[str, object]) -> bool:
-    parts = topic.get("partitions")
-    return (
-        topic.get("error_code") == 0
-        and isinstance(parts, list)
-        and bool(parts)
-        and all(p["leader"] >= 0 for p in parts)
-    )
+        await ensure_topics(bootstrap, names, plan)
+    except TopicError as exc:
+        raise DevBrokerError(str(exc)) from exc

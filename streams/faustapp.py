@@ -8,9 +8,13 @@ web server, where a new group starts) is fixed for all.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import faust
+
+if TYPE_CHECKING:
+    from rankwatch.streams.pipeline import Publication
 
 log = logging.getLogger("rankwatch.faust")
 
@@ -53,3 +57,17 @@ def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
             app._rankwatch_fetch_warned = True  # type: ignore[attr-defined]
         return
     fetcher._fetch_max_wait_ms = wait_ms
+
+
+def output_topics(app: faust.App, prefix: str, kinds: Iterable[str]) -> dict[str, Any]:
+    """``<prefix>.<kind>`` topics a worker writes raw bytes to, by kind."""
+    return {
+        kind: app.topic(f"{prefix}.{kind}", key_serializer="raw", value_serializer="raw")
+        for kind in kinds
+    }
+
+
+async def send_all(topics: dict[str, Any], publications: Iterable[Publication]) -> None:
+    """Send each publication to its kind's topic, keyed by job, with its headers."""
+    for pub in publications:
+        await topics[pub.kind].send(key=pub.key.encode(), value=pub.value, headers=pub.headers)

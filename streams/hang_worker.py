@@ -19,10 +19,10 @@ from typing import Any
 import faust
 
 from rankwatch.schemas.codec import encode
-from rankwatch.streams.faustapp import new_app, shorten_fetch_wait
+from rankwatch.streams.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
 from rankwatch.streams.hang.detector import HangConfig
 from rankwatch.streams.hangs import HangService
-from rankwatch.streams.pipeline import Output, Source
+from rankwatch.streams.pipeline import DEAD_LETTERS, Output, Publication, Source
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
 
@@ -60,8 +60,8 @@ class HangState:
         self.service = HangService(settings.hang)
         self.sink = TableSink(store, auto_flush=False)
         self.clock = clock
-        self.alerts: list[tuple[str, bytes]] = []
-        """(job, encoded alert) whose rows are buffered, published after the flush."""
+        self.alerts: list[Publication] = []
+        """Alerts and dead letters whose rows are buffered, published after the flush."""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
         self._keep(self.service.on_heartbeat(value, source, self.clock()))
@@ -69,8 +69,8 @@ class HangState:
     def on_stacks(self, value: bytes, source: Source) -> None:
         self._keep(self.service.on_stacks(value, source, self.clock()))
 
-    def on_tick(self) -> list[tuple[str, bytes]]:
-        """Evaluate, store; the alerts that may now be published (job, bytes)."""
+    def on_tick(self) -> list[Publication]:
+        """Evaluate, store; the alerts and dead letters that may now be published."""
         self._keep(self.service.on_tick(self.clock()))
         try:
             if self.sink.store is None and self.sink.pending:
@@ -84,7 +84,8 @@ class HangState:
 
     def _keep(self, out: Output) -> None:
         self.sink.write(out)
-        self.alerts += [(key, encode(kind, m)) for kind, key, m in out.messages]
+        self.alerts += [Publication(kind, key, encode(kind, m)) for kind, key, m in out.messages]
+        self.alerts += [Publication.of_dead_letter(d) for d in out.dead_letters]
 
     def _connect(self) -> Store:
         store = Store.connect(self.settings.dsn, database=self.settings.database)
@@ -106,9 +107,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
             partitions=settings.partitions,
         )
 
-    alerts = app.topic(
-        f"{settings.topic_prefix}.alerts", key_serializer="raw", value_serializer="raw"
-    )
+    out_topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
 
     @app.agent(topic("heartbeats"))
     async def heartbeats(stream: Any) -> None:
@@ -123,8 +122,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
-        for job, value in state.on_tick():
-            await alerts.send(key=job.encode(), value=value)
+        await send_all(out_topics, state.on_tick())
 
     return app, state
 

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from rankwatch.schemas.codec import InvalidMessage, decode
-from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.alerts import alert_row
+from rankwatch.streams.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
 from rankwatch.streams.pipeline import Output, Source
@@ -77,6 +76,7 @@ class HangService:
         self.dead_letters += 1
         out = Output()
         out.add("dead_letters", dead_letter_row(data, source, now_ns, exc.reason, exc.detail))
+        out.dead_letters.append(dead_letter(data, source, exc.reason, exc.detail))
         return out
 
 
@@ -120,19 +120,6 @@ def hang_alert(ep: Episode, now_ns: int) -> dict[str, Any]:
             "where": ep.culprit_where,
             "step": ep.step,
         },
-    }
-
-
-def alert_row(alert: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "job": alert["job"],
-        "alert_id": alert["alert_id"],
-        "kind": alert["kind"],
-        "state": alert["state"],
-        "severity": alert["severity"],
-        "time": utc(alert["ts_ns"]),
-        "summary": alert["summary"],
-        "evidence": orjson.dumps(alert["evidence"]).decode(),
     }
 
 

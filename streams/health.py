@@ -2,8 +2,9 @@
 
 A file rather than an HTTP endpoint: it needs no port, works the same in a container
 (an exec probe: ``rankwatch worker --health FILE``) and on a laptop, and a test can
-read it. The worker is healthy when the file is fresh (the event loop is turning) and
-the store is not failing for longer than ``max_lag_s`` (rows waiting to be stored).
+read it. The worker is healthy when the file is fresh (the event loop is turning), the
+store is not failing for longer than ``max_lag_s`` (rows waiting to be stored), and
+what :func:`health_problems` asks of its state holds.
 """
 
 from __future__ import annotations
@@ -40,4 +41,24 @@ def check_status(
     lag = float(status.get("sink_lag_s", 0.0))
     if lag > max_lag_s:
         problems.append(f"rows waiting {lag:.1f}s to be stored: {status.get('last_error')}")
+    return problems + health_problems(status)
+
+
+def health_problems(status: dict[str, Any]) -> list[str]:
+    """What the worker's own state says is wrong (the file's age aside): healthy means
+    its topics exist and it consumes them (subscribed, partitions assigned), it has read
+    something or is caught up with the log, and its store takes writes."""
+    problems = []
+    if not status.get("topics"):
+        problems.append("not subscribed: its topics were not made or found")
+    if not status.get("assigned"):
+        problems.append(
+            "no partitions assigned (group still joining, or more workers than partitions)"
+        )
+    behind = {tp: n for tp, n in (status.get("lag") or {}).items() if n > 0}
+    if not status.get("messages_in") and (behind or not status.get("lag")):
+        shown = ", ".join(f"{tp} {n}" for tp, n in sorted(behind.items())) or "position unknown"
+        problems.append(f"nothing consumed yet and not caught up ({shown})")
+    if not status.get("store_connected") or float(status.get("store_retry_in_s", 0.0)) > 0:
+        problems.append(f"store not writable: {status.get('last_error') or 'not connected yet'}")
     return problems

@@ -1,7 +1,8 @@
 """What the ``jobs`` table says about each job: its sizes, hosts and time span.
 
-The op batches carry everything needed: DP and PP sizes in the header, TP/CP and
-model-chunk counts as the largest rank or chunk seen, the host of each rank. The
+The op batches carry everything needed: DP and PP sizes in the header (fixed by the
+job's first batch: :mod:`~rankwatch.streams.identity` refuses a batch that disagrees),
+TP/CP and model-chunk counts as the largest rank or chunk seen, the host of each rank. The
 GPU-hour panels multiply step time by ``world_size``, so the worker that analyses a
 job also keeps its row current. Pure: no I/O, no clock.
 
@@ -37,16 +38,16 @@ class JobFacts:
     tp_size: int
     cp_size: int
     vpp_size: int
-    max_rank: int
     hosts: frozenset[str]
     first_seen_ns: int
     last_seen_ns: int
 
     @property
     def world_size(self) -> int:
-        """Every rank of the job: the product of the sizes, or more ranks if seen."""
-        product = self.dp_size * self.pp_size * self.tp_size * self.cp_size
-        return max(product, self.max_rank + 1)
+        """Every rank of the job, from its coordinates: DP x PP x TP x CP. Not the
+        highest rank + 1: rank numbers need not be dense (a trace of only the even
+        ranks, a job that numbers ranks by host slot)."""
+        return self.dp_size * self.pp_size * self.tp_size * self.cp_size
 
     def shape(self) -> tuple[object, ...]:
         """Everything but the time span: a change here is worth a row at once."""
@@ -81,7 +82,6 @@ class _Seen:
     tp_size: int = 0
     cp_size: int = 0
     vpp_size: int = 1
-    max_rank: int = 0
     hosts: set[str] = field(default_factory=set)
     first_seen_ns: int | None = None
     last_seen_ns: int | None = None
@@ -92,7 +92,6 @@ class _Seen:
         self.pp_size = max(self.pp_size, batch.pp_size)
         self.tp_size = max(self.tp_size, batch.tp_rank + 1)
         self.cp_size = max(self.cp_size, batch.cp_rank + 1)
-        self.max_rank = max(self.max_rank, batch.rank)
         if batch.host not in self.hosts:
             self.hosts.add(batch.host)
 
@@ -110,7 +109,7 @@ class _Seen:
         assert self.first_seen_ns is not None and self.last_seen_ns is not None
         return JobFacts(
             job, self.dp_size, self.pp_size, self.tp_size, self.cp_size, self.vpp_size,
-            self.max_rank, frozenset(self.hosts), self.first_seen_ns, self.last_seen_ns,
+            frozenset(self.hosts), self.first_seen_ns, self.last_seen_ns,
         )  # fmt: skip
 
 

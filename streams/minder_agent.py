@@ -17,9 +17,9 @@ from typing import Any
 
 import faust
 import numpy as np
-import orjson
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
+from rankwatch.streams.alerts import alert_row
 from rankwatch.streams.deadletter import dead_letter_row
 from rankwatch.streams.faustapp import new_app
 from rankwatch.streams.minder.detector import MinderModel
@@ -98,25 +98,12 @@ class MinderState:
             out: MonitorOutput = monitor.evaluate()
             for table, rows in out.rows.items():
                 self.pending.setdefault(table, []).extend(rows)
-            self.pending.setdefault("alerts", []).extend(_alert_row(a) for a in out.alerts)
+            self.pending.setdefault("alerts", []).extend(alert_row(a) for a in out.alerts)
             alerts.extend(out.alerts)
         for table in [t for t, rows in self.pending.items() if rows]:
             self.store.insert(table, self.pending[table])
             del self.pending[table]
         return [(a["job"], encode("alerts", a)) for a in alerts]
-
-
-def _alert_row(alert: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "job": alert["job"],
-        "alert_id": alert["alert_id"],
-        "kind": alert["kind"],
-        "state": alert["state"],
-        "severity": alert["severity"],
-        "time": alert["ts_ns"],
-        "summary": alert["summary"],
-        "evidence": orjson.dumps(alert["evidence"]).decode(),
-    }
 
 
 def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:

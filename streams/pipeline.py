@@ -13,16 +13,17 @@ and the rows of this call, are stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-import orjson
+import numpy as np
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.streams.alerts import Alert, StragglerAlerts
+from rankwatch.streams.alerts import Alert, StragglerAlerts, alert_row
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
-from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.deadletter import DeadLetter, dead_letter, dead_letter_row
+from rankwatch.streams.identity import Coordinates, JobIdentities
 from rankwatch.streams.jobs import JobBook
 from rankwatch.streams.times import utc
 
@@ -38,6 +39,24 @@ class Source:
     timestamp_ns: int | None = None
     """The broker's timestamp: dead letters carry it, so a re-delivered bad message
     gives the same row (the table collapses it) rather than a second one."""
+
+
+DEAD_LETTERS = "dead-letters"
+"""The kind (topic ``<prefix>.dead-letters``) of a refused message's publication."""
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One message for ``<prefix>.<kind>``, keyed by job, sent once its rows are stored."""
+
+    kind: str
+    key: str
+    value: bytes
+    headers: list[tuple[str, bytes]] | None = None
+
+    @classmethod
+    def of_dead_letter(cls, letter: DeadLetter) -> Publication:
+        return cls(DEAD_LETTERS, letter.key, letter.data, letter.headers())
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,8 @@ class Output:
     """Accepted op batches, for the raw ``ops`` table (when the pipeline keeps them)."""
     pending: tuple[tuple[str, int], ...] = ()
     """(job, step) of the open steps the message fed: not stored until they close."""
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    """Refused messages, for the dead-letter topic once their rows are stored."""
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows.setdefault(table, []).append(row)
@@ -80,6 +101,7 @@ class Output:
         self.messages.extend(other.messages)
         self.ops.extend(other.ops)
         self.pending += other.pending
+        self.dead_letters.extend(other.dead_letters)
 
     def __bool__(self) -> bool:
         return any(self.rows.values()) or bool(self.ops)
@@ -101,6 +123,8 @@ class Pipeline:
     def __post_init__(self) -> None:
         self.assembler = StepAssembler(self.assembly)
         self.jobs = JobBook()
+        self.identity = JobIdentities(step_window=self.assembly.step_window)
+        self._stored_batches: dict[str, set[tuple[int, int]]] = {}
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message; bad input becomes a dead-letter row, never an exception."""
@@ -111,18 +135,45 @@ class Pipeline:
         return self.on_batch(batch, data, source, now_ns)
 
     def on_batch(self, batch: OpBatch, data: bytes, source: Source, now_ns: int) -> Output:
-        """One decoded batch (``data`` is its message, for a dead letter)."""
+        """One decoded batch (``data`` is its message, for a dead letter). A batch that
+        contradicts its job's identity is a dead letter and changes nothing."""
+        rejected = self.identity.check(batch, source.key)
+        if rejected is not None:
+            return self._dead_letter(
+                data, source, now_ns, rejected.reason, rejected.detail, batch.job
+            )
         try:
             added = self.assembler.add_batch(batch, now_ns)
         except (ValueError, TypeError) as exc:  # values the schema cannot express
-            return self._dead_letter(data, source, now_ns, "bad-value", str(exc))
+            return self._dead_letter(data, source, now_ns, "bad-value", str(exc), batch.job)
         if added.fresh:
+            self.identity.accept(batch)
             self.jobs.observe(batch)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((batch.job, step) for step in added.pending)
-        if added.fresh and self.keep_ops:
-            out.ops.append(batch)
+        if added.fresh and self.keep_ops and not self._stored_before(batch):
+            kept = _without_steps(batch, added.late) if added.late else batch
+            if kept is not None:
+                out.ops.append(kept)
         return out
+
+    def _stored_before(self, batch: OpBatch) -> bool:
+        """Whether the batch's records were stored before a restart (see JobHistory)."""
+        stored = self._stored_batches.get(batch.job)
+        if not stored:
+            return False
+        key = (batch.rank, batch.batch_seq)
+        if key not in stored:
+            return False
+        stored.discard(key)
+        return True
+
+    def precheck(self, batch: OpBatch, key: bytes | None) -> bool:
+        """Whether ``batch`` passes the identity rules that need no job state (a batch
+        that fails them must not make a worker restore the job it names)."""
+        if self.knows(batch.job):
+            return True
+        return self.identity.check(batch, key) is None
 
     def knows(self, job: str) -> bool:
         return self.assembler.knows(job)
@@ -132,19 +183,25 @@ class Pipeline:
         restart or a partition moved here): its closed steps are late from now on, its
         windows hold its latest analysed steps, its open alert stays open, its jobs row
         keeps when it was first seen and on which hosts."""
+        layout = history.layout or layout
         self.assembler.restore_closed(job, layout, history.closed_steps)
+        newest = max(history.closed_steps) if history.closed_steps else None
+        self.identity.restore(job, layout, newest, history.coordinates)
+        self._stored_batches[job] = set(history.stored_batches)
         if history.first_seen_ns is not None:
             self.jobs.restore(job, history.first_seen_ns, history.hosts)
         restore = getattr(self.analyser, "restore", None)
         if restore is not None:
             restore(history.analysed)
         if self.alerts is not None:
-            self.alerts.restore(job, history.slowdowns, history.open_alert)
+            self.alerts.restore(job, history.slowdowns, history.open_alert, history.leaders)
 
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
         self.assembler.forget(job)
         self.jobs.forget(job)
+        self.identity.forget(job)
+        self._stored_batches.pop(job, None)
         forget = getattr(self.analyser, "forget", None)
         if forget is not None:
             forget(job)
@@ -183,18 +240,21 @@ class Pipeline:
         if self.alerts is None:
             return
         top = max(analysis.attributions, key=lambda a: a[2]) if analysis.attributions else None
-        alert = self.alerts.observe(step.job, step.step, step.start_ns, analysis.slowdown, top)
+        alert = self.alerts.observe(
+            step.job, step.step, step.start_ns, analysis.slowdown, top, leaders(analysis)
+        )
         if alert is not None:
-            out.add("alerts", alert_row(alert))
+            out.add("alerts", alert_row(alert.message()))
             out.messages.append(("alerts", alert.job, alert.message()))
 
     def _dead_letter(
-        self, data: bytes, source: Source, now_ns: int, reason: str, detail: str
+        self, data: bytes, source: Source, now_ns: int, reason: str, detail: str, job: str = ""
     ) -> Output:
         self.dead_letters += 1
         self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
         out = Output()
         out.add("dead_letters", dead_letter_row(data, source, now_ns, reason, detail))
+        out.dead_letters.append(dead_letter(data, source, reason, detail, job))
         return out
 
 
@@ -211,6 +271,16 @@ class JobHistory:
     first_seen_ns: int | None = None
     """From the job's stored ``jobs`` rows (None when there are none)."""
     hosts: frozenset[str] = frozenset()
+    layout: tuple[int, int] | None = None
+    """(dp_size, pp_size) of the job's stored ``jobs`` row: its identity outlives the
+    process (None when there is no row yet)."""
+    coordinates: dict[int, Coordinates] = field(default_factory=dict)
+    """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
+    leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
+    """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
+    stored_batches: frozenset[tuple[int, int]] = frozenset()
+    """(rank, batch_seq) of the batches whose records are stored for steps not closed
+    yet: re-read after a restart, they feed their steps but are not stored again."""
 
     @property
     def open_alert(self) -> str | None:
@@ -218,17 +288,13 @@ class JobHistory:
         return alert.alert_id if alert is not None and alert.state == "firing" else None
 
 
-def alert_row(alert: Alert) -> dict[str, Any]:
-    return {
-        "job": alert.job,
-        "alert_id": alert.alert_id,
-        "kind": "straggler",
-        "state": alert.state,
-        "severity": alert.severity,
-        "time": utc(alert.ts_ns),
-        "summary": alert.summary,
-        "evidence": orjson.dumps(alert.evidence).decode(),
-    }
+def leaders(analysis: StepAnalysis) -> dict[str, tuple[str, float]]:
+    """The top group (largest S_g) of each dimension of a step's attributions, with S_g."""
+    best: dict[str, tuple[str, float]] = {}
+    for dimension, group, value in analysis.attributions:
+        if dimension not in best or value > best[dimension][1]:
+            best[dimension] = (group, value)
+    return best
 
 
 def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) -> dict[str, Any]:
@@ -289,3 +355,13 @@ def attribution_row(
         "slowdown": value,
         "version": now_ns,
     }
+
+
+def _without_steps(batch: OpBatch, steps: frozenset[int]) -> OpBatch | None:
+    """``batch`` less its records of ``steps`` (late: their step is stored already, so
+    storing them again would double the raw ``ops`` rows); None when nothing is left."""
+    keep = ~np.isin(batch.step, np.fromiter(steps, dtype=np.int64, count=len(steps)))
+    if not keep.any():
+        return None
+    columns: dict[str, Any] = {name: column[keep] for name, column in batch.columns().items()}
+    return replace(batch, **columns)

@@ -18,6 +18,7 @@ import orjson
 
 from rankwatch.streams.alerts import Alert
 from rankwatch.streams.assembly import AssembledStep, step_from_columns
+from rankwatch.streams.identity import Coordinates
 from rankwatch.streams.pipeline import JobHistory
 from rankwatch.streams.store import Store
 
@@ -32,13 +33,27 @@ _OPS = (
     "AND step IN {steps:Array(UInt64)}"
 )
 _LAST_ALERT = (
-    "SELECT alert_id, job, state, severity, toUnixTimestamp64Nano(time) AS ts_ns, "
+    "SELECT alert_id, job, state, severity, ts_ns, "
     "summary, evidence FROM alerts FINAL WHERE job = {job:String} AND kind = 'straggler' "
     "ORDER BY time DESC, state = 'resolved' DESC LIMIT 1"
 )
 _JOB = (
     "SELECT count() AS n, toUnixTimestamp64Nano(min(first_seen)) AS first_seen_ns, "
-    "groupUniqArrayArray(hosts) AS hosts FROM jobs WHERE job = {job:String}"
+    "groupUniqArrayArray(hosts) AS hosts, argMax(dp_size, version) AS dp_size, "
+    "argMax(pp_size, version) AS pp_size FROM jobs WHERE job = {job:String}"
+)
+_LEADERS = (
+    "SELECT step, dimension, argMax(group, slowdown) AS top, max(slowdown) AS value "
+    "FROM step_attribution FINAL "
+    "WHERE job = {job:String} AND step IN {steps:Array(UInt64)} GROUP BY step, dimension"
+)
+_STORED_BATCHES = (
+    "SELECT DISTINCT rank, batch_seq FROM ops WHERE job = {job:String} "
+    "AND step >= {low:UInt64} AND step NOT IN {closed:Array(UInt64)}"
+)
+_COORDINATES = (
+    "SELECT DISTINCT rank, dp_rank, pp_rank, tp_rank, cp_rank FROM ops "
+    "WHERE job = {job:String} AND step = {step:UInt64}"
 )
 _COLUMNS = (
     *("step", "rank", "dp_rank", "stage", "optype", "seq_id"),
@@ -63,18 +78,51 @@ def load_history(
     steps = [s for s, _ in analysed[:window]]
     alert = store.query(_LAST_ALERT, {"job": job})
     stored_job: dict[str, Any] = next(iter(store.query(_JOB, {"job": job})), {"n": 0, "hosts": []})
+    known = bool(stored_job["n"])
     return JobHistory(
         closed_steps=closed,
         analysed=_rebuild(store, job, steps, layout) if steps else [],
         slowdowns=slowdowns,
         last_alert=_stored_alert(alert[0]) if alert else None,
-        first_seen_ns=int(stored_job["first_seen_ns"]) if stored_job["n"] else None,
+        first_seen_ns=int(stored_job["first_seen_ns"]) if known else None,
         hosts=frozenset(stored_job["hosts"]),
+        layout=(int(stored_job["dp_size"]), int(stored_job["pp_size"])) if known else None,
+        coordinates=_coordinates(store, job, max(closed)) if closed else {},
+        stored_batches=_stored_batches(store, job, closed, closed_memory),
+        leaders=_leaders(store, job, list(slowdowns)),
     )
 
 
+def _leaders(store: Store, job: str, steps: list[int]) -> dict[int, dict[str, tuple[str, float]]]:
+    """The top group of each dimension in each of ``steps``, as the live run saw them."""
+    out: dict[int, dict[str, tuple[str, float]]] = {}
+    for row in store.query(_LEADERS, {"job": job, "steps": steps}) if steps else []:
+        out.setdefault(int(row["step"]), {})[row["dimension"]] = (row["top"], float(row["value"]))
+    return out
+
+
+def _stored_batches(
+    store: Store, job: str, closed: list[int], closed_memory: int
+) -> frozenset[tuple[int, int]]:
+    """Batches stored for the job's steps that have no ``steps`` row yet (open when the
+    worker stopped): at most ``closed_memory`` steps behind its newest closed step."""
+    low = max(0, max(closed) - closed_memory) if closed else 0
+    rows = store.query(_STORED_BATCHES, {"job": job, "low": low, "closed": closed})
+    return frozenset((int(r["rank"]), int(r["batch_seq"])) for r in rows)
+
+
+def _coordinates(store: Store, job: str, step: int) -> dict[int, Coordinates]:
+    """rank -> (dp, pp, tp, cp) as stored for the job's newest step: the ranks' fixed
+    coordinates survive a restart (a rank absent from that step is fixed anew)."""
+    rows = store.query(_COORDINATES, {"job": job, "step": step})
+    return {
+        int(r["rank"]): (int(r["dp_rank"]), int(r["pp_rank"]), int(r["tp_rank"]), int(r["cp_rank"]))
+        for r in rows
+    }
+
+
 def _stored_alert(row: dict[str, Any]) -> Alert:
-    """A stored straggler alert row back as the alert (its time to the table's ms)."""
+    """A stored straggler alert row back as the alert (ts_ns to the ns, as first sent)."""
     evidence = row["evidence"]
     return Alert(
         alert_id=row["alert_id"],

@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import faust
 import orjson
 
-from rankwatch.streams.faustapp import new_app, shorten_fetch_wait
-from rankwatch.streams.health import write_status
-from rankwatch.streams.pipeline import Source
+from rankwatch.streams.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
+from rankwatch.streams.health import health_problems, write_status
+from rankwatch.streams.pipeline import DEAD_LETTERS, Source
 from rankwatch.streams.worker_state import WorkerSettings, WorkerState
 
 __all__ = ["WorkerSettings", "WorkerState", "build_app"]
 
 log = logging.getLogger("rankwatch.worker")
+
+
+def topic_names(settings: WorkerSettings) -> list[str]:
+    """The topics the ops worker reads (first) and writes."""
+    return [f"{settings.topic_prefix}.{kind}" for kind in ("ops", *OUTPUT_KINDS)]
 
 
 def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
@@ -48,26 +54,21 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    out_topics = {
-        kind: app.topic(
-            f"{settings.topic_prefix}.{kind}", key_serializer="raw", value_serializer="raw"
-        )
-        for kind in ("steps", "alerts")
-    }
+    out_topics = output_topics(app, settings.topic_prefix, OUTPUT_KINDS)
+    counters_log = _EveryMinute()
 
     async def settle() -> None:
-        """Store, acknowledge what is stored, announce it."""
+        """Store, acknowledge what is stored, announce it (and the dead letters)."""
         for event in state.flush():
             event.ack()
-        for kind, key, value in state.take_publishable():
-            await out_topics[kind].send(key=key.encode(), value=value)
+        await send_all(out_topics, state.take_publishable())
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
             batch = state.decode(event.value)
-            while state.needs_restore(batch) and not state.restore(batch):  # type: ignore[arg-type]
+            while state.needs_restore(batch, event.key) and not state.restore(batch):  # type: ignore[arg-type]
                 await asyncio.sleep(min(max(state.retry_in(), 0.05), 5.0))  # store down
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
@@ -84,8 +85,12 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         await settle()
         snapshot = state.snapshot()
         state.input_lag_s = state.flush_s = 0.0
-        snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in _assignment(app))
-        log.info("counters %s", orjson.dumps(snapshot).decode())
+        assigned = _assignment(app)
+        snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
+        snapshot["lag"] = await _lag(app, assigned)
+        snapshot["topics"] = dict(state.topics)
+        snapshot["problems"] = health_problems(snapshot)
+        counters_log(snapshot)
         if settings.status_file:
             write_status(settings.status_file, snapshot)
 
@@ -96,6 +101,40 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     return app, state
+
+
+OUTPUT_KINDS = ("steps", "alerts", DEAD_LETTERS)
+
+
+class _EveryMinute:
+    """The counters line: at DEBUG every tick, at INFO once a minute."""
+
+    def __init__(self, every_s: float = 60.0) -> None:
+        self.every_s = every_s
+        self.last = float("-inf")
+
+    def __call__(self, snapshot: dict[str, Any]) -> None:
+        now = time.monotonic()
+        level = logging.INFO if now - self.last >= self.every_s else logging.DEBUG
+        if level == logging.INFO:
+            self.last = now
+        if log.isEnabledFor(level):
+            log.log(level, "counters %s", orjson.dumps(snapshot).decode())
+
+
+async def _lag(app: faust.App, assigned: set[Any]) -> dict[str, int]:
+    """Per assigned partition, records between the consumer's position and the end of
+    the log (0: caught up). A partition whose position is not known yet is left out."""
+    out = {}
+    for tp in assigned:
+        try:
+            position = await app.consumer.position(tp)
+            highwater = app.consumer.highwater(tp)
+        except Exception:  # not fetched yet, or the consumer is being rebuilt
+            continue
+        if position is not None and highwater is not None:
+            out[f"{tp.topic}:{tp.partition}"] = max(0, int(highwater) - int(position))
+    return out
 
 
 def _assignment(app: faust.App) -> set[Any]:

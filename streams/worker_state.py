@@ -29,7 +29,8 @@ from rankwatch.streams.acks import AckTracker
 from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.pipeline import Output, Pipeline, Source
+from rankwatch.streams.deadletter import DeadLetter
+from rankwatch.streams.pipeline import Output, Pipeline, Publication, Source
 from rankwatch.streams.recovery import load_history
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
@@ -109,9 +110,13 @@ class WorkerState:
         self.acks: AckTracker[Any] = AckTracker()
         self.counters = WorkerCounters()
         self.job_partitions: dict[str, tuple[str, int]] = {}
+        self.topics: dict[str, int] = {}
+        """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.topics`)."""
         self.sink = TableSink(None, settings.max_buffered_rows, auto_flush=False)
         self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
         self._publishable: list[tuple[str, str, dict[str, Any]]] = []
+        self._unpublished_dead: list[DeadLetter] = []
+        self._publishable_dead: list[DeadLetter] = []
         self._delay_s = 0.0
         self._retry_at = 0.0
         self.oldest_unstored: float | None = None
@@ -162,9 +167,14 @@ class WorkerState:
         except InvalidMessage:
             return None
 
-    def needs_restore(self, batch: OpBatch | None) -> bool:
-        """Whether ``batch`` is of a job this process has not met yet."""
-        return batch is not None and not self.pipeline.knows(batch.job)
+    def needs_restore(self, batch: OpBatch | None, key: bytes | None = None) -> bool:
+        """Whether ``batch`` (read under ``key``) is of a job this process has not met
+        yet, and may name it (a batch refused on its own is not worth a restore)."""
+        return (
+            batch is not None
+            and not self.pipeline.knows(batch.job)
+            and self.pipeline.precheck(batch, key)
+        )
 
     def restore(self, batch: OpBatch) -> bool:
         """Load the history of ``batch``'s job from the store; False if the store is
@@ -231,6 +241,7 @@ class WorkerState:
             self.oldest_unstored = time.monotonic()
         self.sink.write(out)
         self._unpublished.extend(out.messages)
+        self._unpublished_dead.extend(out.dead_letters)
         self.acks.closed((s.job, s.step) for s in out.steps)
 
     @property
@@ -262,15 +273,20 @@ class WorkerState:
         self.oldest_unstored = None
         self._publishable += self._unpublished
         self._unpublished = []
+        self._publishable_dead += self._unpublished_dead
+        self._unpublished_dead = []
         safe = self.acks.flushed()
         self.counters.acked += len(safe)
         return safe
 
-    def take_publishable(self) -> list[tuple[str, str, bytes]]:
-        """Encoded (kind, key, value) of stored results, to publish now."""
+    def take_publishable(self) -> list[Publication]:
+        """Stored results and dead letters, encoded, to publish now."""
         ready, self._publishable = self._publishable, []
-        self.counters.published += len(ready)
-        return [(kind, key, encode(kind, message)) for kind, key, message in ready]
+        dead, self._publishable_dead = self._publishable_dead, []
+        self.counters.published += len(ready) + len(dead)
+        out = [Publication(kind, key, encode(kind, message)) for kind, key, message in ready]
+        out += [Publication.of_dead_letter(d) for d in dead]
+        return out
 
     def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:
         """The partitions went to another worker: drop their jobs' state (the new owner

@@ -47,6 +47,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from rankwatch.config import load_config
     from rankwatch.streams.hang.detector import HangConfig
     from rankwatch.streams.hang_worker import HangSettings, build_hang_app
+    from rankwatch.topics import make_topics
 
     config = load_config(args.config)
     if args.kafka:
@@ -64,6 +65,9 @@ def run_worker(args: argparse.Namespace) -> int:
         offset_reset=args.offset_reset,
         hang=HangConfig(k=args.k, floor_s=args.floor, silent_after_s=args.silent_after),
     )
+    prefix = settings.topic_prefix
+    kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
+    make_topics(config.kafka, [f"{prefix}.{kind}" for kind in kinds])
     app, _state = build_hang_app(settings)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0

@@ -159,6 +159,7 @@ def _worker(args: argparse.Namespace) -> int:
     from rankwatch.config import load_config
     from rankwatch.streams.minder.online import OnlineConfig
     from rankwatch.streams.minder_agent import MinderSettings, build_minder_app
+    from rankwatch.topics import make_topics
 
     config = load_config(args.config)
     if args.kafka:
@@ -180,6 +181,8 @@ def _worker(args: argparse.Namespace) -> int:
         ),
         model_path=args.model,
     )
+    prefix = settings.topic_prefix
+    make_topics(config.kafka, [f"{prefix}.metrics", f"{prefix}.alerts"])
     app, _state = build_minder_app(settings)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0

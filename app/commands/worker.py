@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from rankwatch.errors import UserError
+from rankwatch.topics import make_topics
 
 
 def register(sub: Any) -> None:
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rankwatch.config import load_config
     from rankwatch.streams.alerts import AlertConfig
-    from rankwatch.streams.worker import WorkerSettings, build_app
+    from rankwatch.streams.worker import WorkerSettings, build_app, topic_names
 
     config = load_config(args.config)
     if args.kafka:
@@ -83,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         commit_interval_s=_number(env, "RANKWATCH_COMMIT_INTERVAL_S", 1.0),
         status_file=args.status_file or env.get("RANKWATCH_STATUS_FILE") or None,
     )
-    app, _state = build_app(settings)
+    report = make_topics(config.kafka, topic_names(settings))
+    app, state = build_app(settings)
+    state.topics = dict(report.partitions)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0
 

@@ -1,6 +1,9 @@
-"""Duplicate, shuffled, truncated, wrong-typed, unknown-version and oversized messages
-mixed into a replay: the worker does not crash, each bad message is in the dead-letter
-table with its reason, and the good data's results are those of a clean run."""
+"""Duplicate, shuffled, truncated, wrong-typed, unknown-version and oversized messages,
+and batches that contradict their job (other sizes, another rank's coordinates, a key
+naming another job, a step far away) mixed into a replay on topics the broker has never
+seen: the worker does not crash, each bad message is in the dead-letter table and on
+the dead-letter topic (original bytes, reason header), duplicates are counted and not
+stored twice, and the good job's rows are exactly those of a clean run."""
 
 from __future__ import annotations
 
@@ -9,87 +12,156 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from rankwatch.schemas.codec import encode_ops
-from rankwatch.streams.devbroker import create_topics
 from rankwatch.streams.store import Store
 from rankwatch.streams.testing import (
+    STEP_FIELDS,
     WorkerProcess,
-    assert_same_numbers,
-    reference_rows,
+    reference_run,
     several_jobs,
-    stored_steps,
     wait_committed,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MAX_BYTES = 100_000
+KEY = b"job-0"
 
 
-def dirty_stream(good: list[bytes], steps_of: list[int]) -> tuple[list[bytes], dict[str, int]]:
+Message = tuple[bytes, bytes]
+"""(key, value)"""
+
+
+def dirty_stream(
+    good: list[bytes], steps_of: list[int]
+) -> tuple[list[Message], dict[str, Message]]:
     """The good messages with each step's batches shuffled, some repeated, and bad ones
-    in between; returns the stream and the bad count expected per reason."""
+    in between; returns the stream and the bad message of each reason."""
     rng = random.Random(7)
-    out: list[bytes] = []
+    out: list[Message] = []
     for step in sorted(set(steps_of)):
-        batch = [m for m, s in zip(good, steps_of, strict=True) if s == step]
+        batch = [(KEY, m) for m, s in zip(good, steps_of, strict=True) if s == step]
         rng.shuffle(batch)  # inside a step: arrival order must not matter
         out += batch + batch[:1]  # and a hook retried one batch
     doc = orjson.loads(good[0])
+    other_rank = next(d for d in map(orjson.loads, good) if d["rank"] != doc["rank"])
+    fresh = {**doc, "batch_seq": 10_000}  # not a duplicate: a new batch that lies
     bad = {
         "malformed-json": good[1][: len(good[1]) // 2],  # truncated
         "schema": orjson.dumps({**doc, "rank": "three"}),  # wrong-typed
         "unknown-version": orjson.dumps({**doc, "version": 99}),
         "too-large": good[2] + b" " * MAX_BYTES,  # oversized (valid JSON, too big)
+        "contradicts-job": orjson.dumps({**fresh, "dp_size": 4}),  # a DP2 job said DP4
+        "bad-coordinates": orjson.dumps({**fresh, "dp_rank": 3}),  # dp 3 of 2
+        "step-out-of-window": orjson.dumps(
+            {**fresh, "ops": {**doc["ops"], "step": [10**12] * len(doc["ops"]["step"])}}
+        ),
+        # another rank's coordinates under this rank's number
+        "contradicts-job/rank": orjson.dumps(
+            {**fresh, **{k: other_rank[k] for k in ("dp_rank", "pp_rank")}}
+        ),
     }
-    for i, message in enumerate(bad.values()):
+    letters = {
+        reason.split("/")[0] + f"#{i}": (KEY, m) for i, (reason, m) in enumerate(bad.items())
+    }
+    letters["key-mismatch#9"] = (KEY, orjson.dumps({**fresh, "job": "job-other"}))
+    for i, message in enumerate(letters.values()):
         out.insert(5 + 7 * i, message)
-    return out, dict.fromkeys(bad, 1)
+    return out, letters
 
 
-async def send(bootstrap: str, topic: str, messages: list[bytes]) -> None:
+async def send(bootstrap: str, topic: str, messages: list[Message]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 * 1024 * 1024)
     await producer.start()
     try:
-        for message in messages:
-            await producer.send_and_wait(topic, message, key=b"job-0")
+        for key, value in messages:
+            await producer.send_and_wait(topic, value, key=key)
     finally:
         await producer.stop()
+
+
+async def read_raw(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[Any]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
+    )
+    await consumer.start()
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(got) < want and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=300)).values():
+                got += records
+    finally:
+        await consumer.stop()
+    return got
 
 
 def test_bad_messages_are_dead_letters_and_good_results_unchanged(
     kafka_broker: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
     batches = several_jobs(["job-0"], steps=6, origin_ns=time.time_ns())
-    expected = reference_rows(batches)
-    messages, reasons = dirty_stream(
+    clean = reference_run(batches)
+    messages, letters = dirty_stream(
         [encode_ops(b.batch) for b in batches], [b.batch.steps_done[0][0] for b in batches]
     )
-    prefix = f"b{uuid.uuid4().hex[:10]}"
+    prefix = f"b{uuid.uuid4().hex[:10]}"  # topics the broker has never seen
     topic = f"{prefix}.ops"
-    asyncio.run(create_topics(kafka_broker, [topic], 2))
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     dsn = f"chdb://{tmp_path / 'chdb'}"
-    asyncio.run(send(kafka_broker, topic, messages))
     worker = WorkerProcess(
-        kafka_broker, prefix, dsn, artifacts_dir, RANKWATCH_MAX_MESSAGE_BYTES=str(MAX_BYTES)
+        kafka_broker,
+        prefix,
+        dsn,
+        artifacts_dir,
+        RANKWATCH_MAX_MESSAGE_BYTES=str(MAX_BYTES),
+        RANKWATCH_PARTITIONS="2",
     )
     try:
+        worker.wait_for(lambda s: s.get("problems") == [], 60, "a healthy worker")
+        asyncio.run(send(kafka_broker, topic, messages))
         wait_committed(kafka_broker, f"{prefix}-workers", topic, 2, timeout_s=90)
         status = worker.wait_for(lambda s: s.get("buffered_rows") == 0, 30, "empty buffer")
     finally:
         worker.stop()
-    assert status["dead_letters"] == sum(reasons.values())
-    assert status["duplicate_batches"] == 6
+    assert status["dead_letters"] == len(letters)
+    assert status["duplicate_batches"] == 6  # retried batches are normal: counted, not dead
+
+    reasons = sorted(name.split("#")[0] for name in letters)
+    published = asyncio.run(read_raw(kafka_broker, f"{prefix}.dead-letters", len(letters), 30))
+    assert sorted((r.key, r.value) for r in published) == sorted(letters.values())
+    headers = [dict(r.headers) for r in published]
+    assert sorted(h["rankwatch-reason"].decode() for h in headers) == reasons
+    assert all(h["rankwatch-source-topic"] == topic.encode() for h in headers)
 
     with Store.connect(dsn) as store:
-        letters = store.query("SELECT reason, detail, payload_bytes FROM dead_letters")
-    assert sorted(r["reason"] for r in letters) == sorted(reasons)
-    assert all(r["detail"] for r in letters)
-    rows = stored_steps(dsn)
-    assert sorted((r["job"], r["step"]) for r in rows) == sorted(expected)
-    assert_same_numbers(rows, expected)
+        stored = store.query("SELECT reason, detail, payload_bytes FROM dead_letters")
+        steps = store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY step")
+        attribution = store.query(
+            "SELECT job, step, dimension, group, slowdown FROM step_attribution "
+            "ORDER BY step, dimension, group"
+        )
+        jobs = store.query(
+            "SELECT job, dp_size, pp_size, tp_size, world_size, hosts FROM jobs FINAL"
+        )
+        raw, final = (
+            store.query(f"SELECT count() AS n FROM ops {f}")[0]["n"] for f in ("", "FINAL")
+        )
+    assert sorted(r["reason"] for r in stored) == reasons and all(r["detail"] for r in stored)
+    # the good job's rows: exactly those of a run without the bad input (unmerged, too)
+    want = sorted(clean.rows["steps"], key=lambda r: r["step"])
+    assert steps == [{k: r[k] for k in STEP_FIELDS} for r in want]
+    keys = ("job", "step", "dimension", "group", "slowdown")
+    clean_attr = sorted(
+        ({k: r[k] for k in keys} for r in clean.rows["step_attribution"]),
+        key=lambda r: (r["step"], r["dimension"], r["group"]),
+    )
+    assert attribution == clean_attr
+    last_job = clean.rows["jobs"][-1]
+    assert jobs == [
+        {k: last_job[k] for k in ("job", "dp_size", "pp_size", "tp_size", "world_size", "hosts")}
+    ]
+    assert raw == final == sum(len(b.batch) for b in batches)

@@ -41,7 +41,9 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     trace, meta = read_trace(DATA / "trace-ST.parquet"), read_meta(DATA / "meta-ST.yaml")
     batches = list(replay_batches(trace, meta, "job-st", origin_ns=time.time_ns()))
     expected = reference_rows(batches)
-    alerts = [(a["alert_id"], a["state"]) for a in reference_run(batches).rows.get("alerts", [])]
+    reference_alerts = reference_run(batches).rows.get("alerts", [])
+    alerts = [(a["alert_id"], a["state"]) for a in reference_alerts]
+    alert_ns = {(a["alert_id"], a["state"]): a["ts_ns"] for a in reference_alerts}
     assert alerts, "trace ST's straggler fires an alert"
     prefix = f"k{uuid.uuid4().hex[:10]}"
     topic, group = f"{prefix}.ops", f"{prefix}-workers"
@@ -74,6 +76,9 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     with Store.connect(dsn) as store:
         rows = store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY step")
         stored_alerts = store.query("SELECT alert_id, state FROM alerts FINAL ORDER BY time")
+        ops_raw, ops_final = (
+            store.query(f"SELECT count() AS n FROM ops {f}")[0]["n"] for f in ("", "FINAL")
+        )
         jobs = store.query(
             "SELECT job, world_size, toUnixTimestamp64Milli(first_seen) AS first_ms FROM jobs FINAL"
         )
@@ -88,6 +93,11 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     # storing and publishing it (the restarted worker announces the latest one again)
     announced = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 99, 5))
     assert set(alerts) <= {(a["alert_id"], a["state"]) for a in announced}
+    # re-sent or not, an alert carries the ts_ns it was first sent with, to the ns
+    assert all(a["ts_ns"] == alert_ns[(a["alert_id"], a["state"])] for a in announced)
+    # the batches of the step open at the kill were stored before it and re-read after:
+    # not stored twice, even unmerged
+    assert ops_raw == ops_final == len(trace)
     assert status["reannounced_alerts"] <= status["restored_jobs"]
     # the jobs row: the restarted worker kept when the job was first seen
     first_ns = min(int(b.batch.start_ns.min()) for b in batches)

@@ -49,8 +49,11 @@ def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
     assert state.on_tick() == []  # hung, but the store is down: nothing published
     store.down = False
     ready = state.on_tick()
-    assert [decode("alerts", v)["state"] for _, v in ready] == ["firing"]
-    assert [job for job, _ in ready] == ["j"]
+    alerts = [p for p in ready if p.kind == "alerts"]
+    assert [decode("alerts", p.value)["state"] for p in alerts] == ["firing"]
+    assert [p.key for p in alerts] == ["j"]
+    (dead,) = [p for p in ready if p.kind == "dead-letters"]  # also for automation
+    assert dead.value == b"not json" and dict(dead.headers or [])["rankwatch-reason"]
     assert len(store.rows["hangs"]) == 1 and len(store.rows["alerts"]) == 1
     assert len(store.rows["dead_letters"]) == 1
     assert state.on_tick() == []  # one alert per episode

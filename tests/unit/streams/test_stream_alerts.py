@@ -38,3 +38,63 @@ def test_restored_episode_is_not_fired_again() -> None:
     alerts.restore("j", {2: 1.4, 3: 1.5}, "straggler:j:2")
     fired = run(alerts, [1.5, 1.0, 1.0], first=4)
     assert [(a.state, a.alert_id) for a in fired] == [("resolved", "straggler:j:2")]
+
+
+CHRONIC = AlertConfig(fire_at=1.2, clear_below=1.1, window=10, min_steps=3)
+
+
+def fire(leaders_per_step: list[dict[str, tuple[str, float]]]) -> dict:
+    """The blame of the alert that the steps (each S = 1.5) fire."""
+    alerts = StragglerAlerts(CHRONIC)
+    for step, lead in enumerate(leaders_per_step):
+        fired = alerts.observe("j", step, step, 1.5, TOP, lead)
+        if fired is not None:
+            return fired.evidence["blame"] | {"summary": fired.summary}
+    raise AssertionError("no alert fired")
+
+
+def test_a_rank_that_leads_most_steps_is_named_chronic() -> None:
+    lead = [{"worker": ("3,1", 1.4), "dp_rank": ("3", 1.4), "stage": ("1", 1.4)}] * 3
+    blame = fire(lead)
+    assert blame["chronic"] and (blame["dimension"], blame["group"]) == ("worker", "3,1")
+    assert "chronic: worker 3,1 led 3 of the last 3 steps" in blame["summary"]
+
+
+def test_a_lead_that_moves_every_step_is_spread() -> None:
+    """The probe's SE job: the top DP rank changed every step, yet the alert named one."""
+    lead = [{"worker": (f"{i},{i}", 1.2), "dp_rank": (str(i), 1.2), "stage": (str(i), 1.2)}
+            for i in range(3)]  # fmt: skip
+    blame = fire(lead)
+    assert not blame["chronic"] and blame["needed"] == 2
+    assert "spread: no worker, DP rank or stage led 2 of the last 3 steps" in blame["summary"]
+
+
+def test_a_stage_can_be_chronic_when_its_workers_take_turns() -> None:
+    lead = [{"worker": (f"{i},1", 1.1), "dp_rank": (str(i), 1.1), "stage": ("1", 1.4)}
+            for i in range(3)]  # fmt: skip
+    blame = fire(lead)
+    assert blame["chronic"] and (blame["dimension"], blame["group"]) == ("stage", "1")
+
+
+def test_the_blame_survives_a_restart() -> None:
+    alerts = StragglerAlerts(CHRONIC)
+    lead = {"worker": ("3,1", 1.3), "dp_rank": ("3", 1.3), "stage": ("1", 1.3)}
+    alerts.restore("j", {0: 1.0, 1: 1.0}, None, {0: lead, 1: lead})
+    other = {"worker": ("0,0", 1.3), "dp_rank": ("0", 1.3), "stage": ("0", 1.3)}
+    fired = alerts.observe("j", 2, 2, 2.0, TOP, other)
+    assert fired is not None and fired.evidence["blame"]["group"] == "3,1"
+
+
+def test_a_stage_that_explains_more_than_its_chronic_worker_is_named() -> None:
+    """ST: one worker of the last stage leads every step, but the stage explains more
+    (offline M_S 1.22 against M_W 0.03): the stage is to blame."""
+    lead = [{"worker": ("0,3", 1.05), "dp_rank": ("0", 1.04), "stage": ("3", 1.20)}] * 3
+    blame = fire(lead)
+    assert (blame["dimension"], blame["group"]) == ("stage", "3")
+
+
+def test_one_attributed_step_is_never_chronic() -> None:
+    alerts = StragglerAlerts(AlertConfig(fire_at=1.2, clear_below=1.1, window=10, min_steps=3))
+    lead = {"worker": ("3,1", 1.4), "dp_rank": ("3", 1.4), "stage": ("1", 1.4)}
+    fired = [alerts.observe("j", s, s, 1.5, None, lead if s == 2 else None) for s in range(3)]
+    assert fired[2] is not None and not fired[2].evidence["blame"]["chronic"]

@@ -116,7 +116,7 @@ def test_a_restored_job_announces_its_latest_alert_again() -> None:
     state = WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=StoreWithAnAlert)  # type: ignore[arg-type]
     consume(state, list(enumerate(messages()[:1])))
     state.flush()
-    published = [(k, key, decode("alerts", v)) for k, key, v in state.take_publishable()]
+    published = [(p.kind, p.key, decode("alerts", p.value)) for p in state.take_publishable()]
     assert published == [
         ("alerts", "j", {
             "schema": "alerts", "version": 1, "alert_id": "straggler-j-1", "job": "j",

@@ -192,3 +192,10 @@ ENGINE = ReplacingMergeTree
 ORDER BY (topic, `partition`, `offset`, time)
 TTL toDateTime(time) + INTERVAL 30 DAY
 ;
+
+-- 0002_batch_ids_and_alert_ns
+ALTER TABLE ops ADD COLUMN IF NOT EXISTS batch_seq UInt64 DEFAULT 0 COMMENT 'the hook''s per-rank batch counter'
+;
+
+ALTER TABLE alerts ADD COLUMN IF NOT EXISTS ts_ns Int64 DEFAULT toUnixTimestamp64Nano(time) COMMENT 'the message ts_ns'
+;

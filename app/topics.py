@@ -1,0 +1,25 @@
+"""The workers' start-up step: make their topics exist as the configuration says."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rankwatch.errors import UserError
+
+if TYPE_CHECKING:
+    from rankwatch.config import KafkaConfig
+    from rankwatch.streams.topics import TopicReport
+
+
+def make_topics(kafka: KafkaConfig, names: Sequence[str]) -> TopicReport:
+    """Create the missing topics (configured partitions, replication, retention) and
+    wait for their leaders; a one-line error when the broker stays out of reach."""
+    from rankwatch.streams.topics import TopicError, TopicPlan, prepare_topics
+
+    retention_ms = round(kafka.retention_hours * 3600 * 1000)
+    plan = TopicPlan(kafka.partitions, kafka.replication, retention_ms)
+    try:
+        return prepare_topics(kafka.bootstrap, names, plan, wait_s=kafka.connect_wait_s)
+    except TopicError as exc:
+        raise UserError(str(exc)) from exc
