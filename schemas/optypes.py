@@ -1,4 +1,6 @@
-"""The op-type vocabulary of WHATIF.md, and the groups the analyses need.
+"""The op-type vocabulary of the what-if method, and the groups the analyses need.
+
+The method: docs/whatif.md.
 
 Codes are the index into :data:`OPTYPES`; they are part of the contract (stored in
 ClickHouse as an Enum and carried in op batches as strings), so only append.

@@ -8,7 +8,7 @@ ends when it drops below ``clear_below`` (hysteresis: no flapping around one val
 Its ``alert_id`` names the job and the step that started it, so the firing and the
 resolved message share it, and a re-analysis after a restart produces the same id.
 
-Chronic or spread (docs/detection.md, "Who a straggler alert blames"): a firing alert
+Chronic or spread (docs/detection.md, "4. Who a straggler alert blames"): a firing alert
 names a worker, DP rank or stage only when that group was the top contributor of its
 dimension (largest S_g) in at least ``chronic_share`` of the window's attributed steps
 (two at least). A group that leads one step and not the next is a one-off; a slowdown

@@ -1,4 +1,6 @@
-"""Minder, the faulty-machine detector (DETECTION.md section 2): a pure numpy library.
+"""Minder, the faulty-machine detector: a pure numpy library.
+
+The method: docs/detection.md, "2. Faulty machines (Minder)".
 
 No I/O, no clock, no torch: the stream worker and the CLI feed it arrays and read
 arrays back. Modules: ``grid`` (alignment, gap filling, normalisation), ``vae``
