@@ -112,27 +112,35 @@ async def _lag(bootstrap: str, group: str, topic: str, partitions: int) -> int:
         await admin.close()
 
 
-async def read_topic(
-    bootstrap: str, topic: str, kind: str, want: int, timeout_s: float
-) -> list[dict[str, Any]]:
-    """Decoded messages of ``topic`` from its start: ``want`` of them, or what came in
-    ``timeout_s``."""
+async def records_until(
+    bootstrap: str, topic: str, until: Callable[[list[Any]], bool], timeout_s: float
+) -> list[Any]:
+    """Records (key, value, headers...) of ``topic`` from its start, read until
+    ``until(records)`` holds or ``timeout_s`` passed."""
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
     )
     await consumer.start()
-    got: list[dict[str, Any]] = []
+    got: list[Any] = []
     deadline = time.monotonic() + timeout_s
     try:
-        while len(got) < want and time.monotonic() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
-            for records in batches.values():
-                got += [decode(kind, r.value) for r in records]
+        while not until(got) and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                got += records
     finally:
         await consumer.stop()
     return got
+
+
+async def read_topic(
+    bootstrap: str, topic: str, kind: str, want: int, timeout_s: float
+) -> list[dict[str, Any]]:
+    """Decoded messages of ``topic`` from its start: ``want`` of them, or what came in
+    ``timeout_s``."""
+    records = await records_until(bootstrap, topic, lambda got: len(got) >= want, timeout_s)
+    return [decode(kind, r.value) for r in records]
 
 
 def uncommitted(bootstrap: str, group: str, topic: str, partitions: int) -> int:

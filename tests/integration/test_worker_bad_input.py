@@ -12,17 +12,17 @@ import random
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.streams.store import Store
 from rankwatch.streams.testing import (
     STEP_FIELDS,
     WorkerProcess,
+    records_until,
     reference_run,
     several_jobs,
     wait_committed,
@@ -85,22 +85,6 @@ async def send(bootstrap: str, topic: str, messages: list[Message]) -> None:
         await producer.stop()
 
 
-async def read_raw(bootstrap: str, topic: str, want: int, timeout_s: float) -> list[Any]:
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    await consumer.start()
-    got: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(got) < want and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=300)).values():
-                got += records
-    finally:
-        await consumer.stop()
-    return got
-
-
 def test_bad_messages_are_dead_letters_and_good_results_unchanged(
     kafka_broker: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
@@ -131,7 +115,9 @@ def test_bad_messages_are_dead_letters_and_good_results_unchanged(
     assert status["duplicate_batches"] == 6  # retried batches are normal: counted, not dead
 
     reasons = sorted(name.split("#")[0] for name in letters)
-    published = asyncio.run(read_raw(kafka_broker, f"{prefix}.dead-letters", len(letters), 30))
+    published = asyncio.run(
+        records_until(kafka_broker, f"{prefix}.dead-letters", lambda g: len(g) >= len(letters), 30)
+    )
     assert sorted((r.key, r.value) for r in published) == sorted(letters.values())
     headers = [dict(r.headers) for r in published]
     assert sorted(h["rankwatch-reason"].decode() for h in headers) == reasons

@@ -12,17 +12,20 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from rankwatch.streams.publish import publish
 from rankwatch.streams.replay import ReplayedBatch
 from rankwatch.streams.store import Store
-from rankwatch.streams.testing import WorkerProcess, assert_same_numbers, reference_rows
+from rankwatch.streams.testing import (
+    WorkerProcess,
+    assert_same_numbers,
+    records_until,
+    reference_rows,
+)
 from rankwatch.streams.testing import several_jobs as make_jobs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,30 +51,17 @@ def ready(worker: WorkerProcess) -> dict[str, Any]:
     return worker.wait_for(lambda s: s.get("problems") == [], 60, "a healthy worker")
 
 
-async def _announced(bootstrap: str, topic: str, want: int, timeout_s: float) -> Counter[Any]:
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    await consumer.start()
-    seen: Counter[Any] = Counter()
-    deadline = time.monotonic() + timeout_s
-    try:
-        while len(seen) < want and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=200)).values():
-                seen.update((r.key.decode(), r.value) for r in records)
-    finally:
-        await consumer.stop()
-    return seen
-
-
 def steps_announced_within(bootstrap: str, prefix: str, timeout_s: float) -> float:
     """Seconds until every step of every job is on ``<prefix>.steps``; fails past timeout."""
     import orjson
 
     began = time.monotonic()
-    seen = asyncio.run(_announced(bootstrap, f"{prefix}.steps", len(JOBS) * STEPS, timeout_s))
+    want = len(JOBS) * STEPS
+    seen = asyncio.run(
+        records_until(bootstrap, f"{prefix}.steps", lambda g: len(g) >= want, timeout_s)
+    )
     took = time.monotonic() - began
-    steps = {(key, orjson.loads(value)["step"]) for key, value in seen}
+    steps = {(r.key.decode(), orjson.loads(r.value)["step"]) for r in seen}
     assert steps == {(j, s) for j in JOBS for s in range(STEPS)}, f"after {took:.1f}s: {steps}"
     return took
 
