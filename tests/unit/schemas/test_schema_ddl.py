@@ -40,6 +40,8 @@ _EXPECTED_TABLES = {
     "alerts",
     "jobs",
     "dead_letters",
+    "detector_state",
+    "announced",
 }
 
 

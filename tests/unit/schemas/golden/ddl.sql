@@ -199,3 +199,27 @@ ALTER TABLE ops ADD COLUMN IF NOT EXISTS batch_seq UInt64 DEFAULT 0 COMMENT 'the
 
 ALTER TABLE alerts ADD COLUMN IF NOT EXISTS ts_ns Int64 DEFAULT toUnixTimestamp64Nano(time) COMMENT 'the message ts_ns'
 ;
+
+-- 0003_detector_state
+CREATE TABLE IF NOT EXISTS detector_state
+(
+    job LowCardinality(String),
+    detector LowCardinality(String) COMMENT 'hang or minder',
+    time DateTime64(3, 'UTC') COMMENT 'when the snapshot was taken',
+    state String COMMENT 'JSON object, the detector''s own format',
+    version UInt64
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (job, detector)
+;
+
+CREATE TABLE IF NOT EXISTS announced
+(
+    job LowCardinality(String),
+    alert_id String,
+    state LowCardinality(String),
+    time DateTime64(3, 'UTC') COMMENT 'when it was sent'
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (job, alert_id, state)
+;
