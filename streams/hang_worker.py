@@ -5,7 +5,13 @@ and ``<prefix>.stacks`` are keyed by job, so one worker owns all of a job's rank
 message is handed to the service with its arrival time; a timer (every ``tick_s``)
 evaluates the jobs, stores the ``hangs``, ``stacks``, ``alerts`` and ``dead_letters``
 rows, and only once they are stored publishes the alerts on ``<prefix>.alerts`` (a
-store that fails keeps rows and alerts for the next tick).
+store that fails keeps rows and alerts for the next tick); each alert sent is then
+recorded in ``announced`` (stored with the next tick's rows).
+
+A job first met (after a restart, or a rebalance) is recalled from the store: its open
+episode (the latest stored ``hang`` alert, if firing) is reopened, and its latest alert
+states that were stored but never recorded as sent are sent now (docs/detection.md,
+"After a restart").
 """
 
 from __future__ import annotations
@@ -17,12 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import faust
+import orjson
 
-from rankwatch.schemas.codec import encode
+from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
-from rankwatch.streams.hang.detector import HangConfig
-from rankwatch.streams.hangs import HangService
+from rankwatch.streams.hang.detector import Episode, HangConfig
+from rankwatch.streams.hangs import HangService, episode_from_alert
 from rankwatch.streams.pipeline import DEAD_LETTERS, Output, Publication, Source
+from rankwatch.streams.restart import announced_row, unannounced
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
 
@@ -57,11 +65,13 @@ class HangState:
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.settings = settings
-        self.service = HangService(settings.hang)
+        self.service = HangService(settings.hang, recall=self._recall)
         self.sink = TableSink(store, auto_flush=False)
         self.clock = clock
         self.alerts: list[Publication] = []
         """Alerts and dead letters whose rows are buffered, published after the flush."""
+        self.restored_episodes = 0
+        self.reannounced = 0
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
         self._keep(self.service.on_heartbeat(value, source, self.clock()))
@@ -81,6 +91,30 @@ class HangState:
             return []
         ready, self.alerts = self.alerts, []
         return ready
+
+    def sent(self, publications: list[Publication]) -> None:
+        """These were sent: record the alerts among them (stored with the next flush)."""
+        now, out = self.clock(), Output()
+        for pub in (p for p in publications if p.kind == "alerts"):
+            out.add("announced", announced_row(decode("alerts", pub.value), now))
+        self.sink.write(out)
+
+    def _recall(self, job: str) -> Episode | None:
+        """The job's open episode as stored; its unsent alert states queued for sending.
+        A store that cannot answer leaves the job unrecalled (logged): it starts afresh."""
+        try:
+            if self.sink.store is None:
+                self.sink.store = self._connect()
+            stored = unannounced(self.sink.store, job, "hang")
+            latest = self.sink.store.query(_LATEST_HANG, {"job": job})
+        except StoreError as exc:
+            log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
+            return None
+        self.reannounced += len(stored)
+        self.alerts += [Publication("alerts", job, encode("alerts", a)) for a in stored]
+        episode = episode_from_alert(_alert_message(latest[0])) if latest else None
+        self.restored_episodes += episode is not None
+        return episode
 
     def _keep(self, out: Output) -> None:
         self.sink.write(out)
@@ -122,9 +156,23 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
-        await send_all(out_topics, state.on_tick())
+        ready = state.on_tick()
+        await send_all(out_topics, ready)
+        state.sent(ready)
 
     return app, state
+
+
+_LATEST_HANG = (
+    "SELECT alert_id, job, state, ts_ns, summary, evidence FROM alerts FINAL "
+    "WHERE job = {job:String} AND kind = 'hang' ORDER BY ts_ns DESC, state = 'resolved' DESC "
+    "LIMIT 1"
+)
+
+
+def _alert_message(row: dict[str, Any]) -> dict[str, Any]:
+    evidence = row["evidence"]
+    return {**row, "evidence": orjson.loads(evidence) if isinstance(evidence, str) else evidence}
 
 
 def _source(m: Any) -> Source:

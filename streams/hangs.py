@@ -8,7 +8,7 @@ pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +24,17 @@ MAX_DUMPS_PER_JOB = 4096
 """Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
 
 
+Recall = Callable[[str], Episode | None]
+"""job -> its open episode as stored (the shell's store lookup for a job first met)."""
+
+
 @dataclass
 class HangService:
     config: HangConfig = field(default_factory=HangConfig)
     dead_letters: int = 0
+    recall: Recall | None = None
+    """Asked once per job this service first meets: an episode it returns is reopened,
+    so a restarted worker neither declares it again nor forgets to resolve it."""
 
     def __post_init__(self) -> None:
         self.detector = HangDetector(self.config)
@@ -35,9 +42,15 @@ class HangService:
 
     def on_heartbeat(self, data: bytes, source: Source, now_ns: int) -> Output:
         try:
-            self.detector.observe(decode("heartbeats", data), now_ns)
+            message = decode("heartbeats", data)
         except InvalidMessage as exc:
             return self._dead(data, source, now_ns, exc)
+        job = message["job"]
+        if self.recall is not None and not self.detector.knows(job):
+            episode = self.recall(job)
+            if episode is not None:
+                self.detector.restore(job, episode)
+        self.detector.observe(message, now_ns)
         return Output()
 
     def on_stacks(self, data: bytes, source: Source, now_ns: int) -> Output:
@@ -119,8 +132,33 @@ def hang_alert(ep: Episode, now_ns: int) -> dict[str, Any]:
             "culprit_hosts": list(ep.culprit_hosts),
             "where": ep.culprit_where,
             "step": ep.step,
+            "last_progress_ns": ep.last_progress_ns,
+            "declared_ns": ep.declared_ns,
         },
     }
+
+
+def episode_from_alert(alert: Mapping[str, Any]) -> Episode | None:
+    """The open episode a stored firing ``hang`` alert describes (None: resolved, or
+    stored before alerts carried ``last_progress_ns``)."""
+    ev = alert["evidence"]
+    if alert["state"] != "firing" or "last_progress_ns" not in ev:
+        return None
+    return Episode(
+        job=alert["job"],
+        episode_id=alert["alert_id"],
+        declared_ns=int(ev.get("declared_ns", alert["ts_ns"])),
+        last_progress_ns=int(ev["last_progress_ns"]),
+        step=int(ev["step"]),
+        culprits=tuple(ev["culprits"]),
+        waiting=tuple(ev["waiting"]),
+        silent=tuple(ev["silent"]),
+        suspects=tuple(ev["suspects"]),
+        first_stopped=int(ev["first_stopped"]),
+        culprit_hosts=tuple(ev["culprit_hosts"]),
+        culprit_where=ev["where"],
+        summary=alert["summary"],
+    )
 
 
 def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int) -> None:

@@ -142,6 +142,16 @@ class HangDetector:
                 changed.append(job.episode)
         return changed
 
+    def knows(self, job: str) -> bool:
+        return job in self._jobs
+
+    def restore(self, job: str, episode: Episode) -> None:
+        """Reopen ``episode`` of ``job`` as a restarted worker recalls it from the store:
+        it resolves when a rank progresses past its ``last_progress_ns``, and is not
+        declared again meanwhile (docs/detection.md, "After a restart")."""
+        state = self._jobs.setdefault(job, _Job(step_times=deque(maxlen=self.config.step_window)))
+        state.episode = episode
+
     def episodes(self) -> list[Episode]:
         return [j.episode for j in self._jobs.values() if j.episode and j.episode.open]
 

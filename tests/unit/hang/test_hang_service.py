@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rankwatch.schemas.codec import decode, encode
-from rankwatch.streams.hang.detector import NS, HangConfig
-from rankwatch.streams.hangs import HangService
+from rankwatch.streams.hang.detector import NS, Episode, HangConfig
+from rankwatch.streams.hangs import HangService, episode_from_alert
 from rankwatch.streams.pipeline import Source
 
 SRC = Source("rankwatch.heartbeats")
@@ -89,3 +89,36 @@ def test_bad_heartbeats_are_dead_letters() -> None:
     out = svc.on_heartbeat(b'{"schema": "heartbeats", "version": 3}', SRC, 0)
     assert out.rows["dead_letters"][0]["reason"] == "unknown-version"
     assert svc.dead_letters == 1
+
+
+def test_a_restarted_service_reopens_the_stored_episode_and_resolves_it_once() -> None:
+    """A worker killed mid-episode: the next one recalls the episode from its stored
+    firing alert, does not declare it again while the ranks stay stuck, and sends the
+    one resolved alert when a rank progresses."""
+    config = HangConfig(floor_s=4, silent_after_s=30)
+    first = HangService(config)
+    for rank in range(3):
+        first.on_heartbeat(
+            heartbeat(rank, 3, 10, "forward-compute" if rank == 1 else "grads-reduce-scatter"),
+            SRC,
+            11 * NS,
+        )
+    (fired,) = first.on_tick(20 * NS).messages
+    stored = decode("alerts", encode("alerts", fired[2]))  # as the store gives it back
+    asked: list[str] = []
+
+    def recall(job: str) -> Episode | None:
+        asked.append(job)
+        return episode_from_alert(stored)
+
+    second = HangService(config, recall=recall)
+    for t in (21, 30, 40):  # still stuck, long past the floor
+        for rank in range(3):
+            op = "forward-compute" if rank == 1 else "grads-reduce-scatter"
+            second.on_heartbeat(heartbeat(rank, 3, 10, op), SRC, t * NS)
+        assert second.on_tick(t * NS).messages == []
+    assert asked == ["j"]  # once, when the job was first met
+    second.on_heartbeat(heartbeat(1, 3, 41, "grads-reduce-scatter"), SRC, 41 * NS)
+    (resolved,) = second.on_tick(42 * NS).messages
+    assert resolved[2]["alert_id"] == stored["alert_id"] and resolved[2]["state"] == "resolved"
+    assert second.detector.episodes() == []

@@ -23,6 +23,11 @@ class FlakyStore:
             raise StoreError("down", transient=True)
         self.rows.setdefault(table, []).extend(rows)
 
+    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        if self.down:
+            raise StoreError("down", transient=True)
+        return []  # nothing stored before: every job is new
+
 
 def beat(rank: int, since_ns: int) -> bytes:
     flight = {"optype": "grads-reduce-scatter", "seq_id": 0, "mb_id": -1, "since_ns": since_ns}
