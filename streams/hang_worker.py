@@ -6,7 +6,7 @@ message is handed to the service with its arrival time; a timer (every ``tick_s`
 evaluates the jobs, stores the ``hangs``, ``stacks``, ``alerts`` and ``dead_letters``
 rows, and only once they are stored publishes the alerts on ``<prefix>.alerts`` (a
 store that fails keeps rows and alerts for the next tick); each alert sent is then
-recorded in ``announced`` (stored with the next tick's rows).
+recorded in ``announced`` once the broker has it.
 
 A job first met (after a restart, or a rebalance) is recalled from the store: its open
 episode (the latest stored ``hang`` alert, if firing) is reopened, and its latest alert
@@ -26,11 +26,11 @@ import faust
 import orjson
 
 from rankwatch.schemas.codec import decode, encode
-from rankwatch.streams.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
+from rankwatch.streams.faustapp import new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.hang.detector import Episode, HangConfig
 from rankwatch.streams.hangs import HangService, episode_from_alert
 from rankwatch.streams.pipeline import DEAD_LETTERS, Output, Publication, Source
-from rankwatch.streams.restart import announced_row, unannounced
+from rankwatch.streams.restart import announced_row, deliver, unannounced
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
 
@@ -49,6 +49,8 @@ class HangSettings:
     fetch_wait_ms: int = 50
     """Faust's fetch waits 1.5 s for idle partitions: a heartbeat held that long would
     make its rank look silent too late (the episode is then declared before it is)."""
+    session_timeout_s: float = 30.0
+    """Kafka group session: how long a killed worker's partitions wait for a successor."""
     offset_reset: str = "latest"
     """Where a new consumer group starts: heartbeats are about now, so replaying old
     ones would only declare long-gone jobs hung ("earliest" for tests on new topics)."""
@@ -93,11 +95,21 @@ class HangState:
         return ready
 
     def sent(self, publications: list[Publication]) -> None:
-        """These were sent: record the alerts among them (stored with the next flush)."""
+        """These were delivered: record the alerts among them at once (a store that
+        fails keeps the record for the next tick; a kill before it is stored makes
+        the restarted worker send them again)."""
         now, out = self.clock(), Output()
         for pub in (p for p in publications if p.kind == "alerts"):
             out.add("announced", announced_row(decode("alerts", pub.value), now))
+        if not out.rows:
+            return
         self.sink.write(out)
+        try:
+            self.sink.flush()
+        except StoreError as exc:
+            log.warning("sent alerts not recorded yet (%s)", exc)
+            return
+        log.info("%d alert states sent and recorded", len(out.rows["announced"]))
 
     def _recall(self, job: str) -> Episode | None:
         """The job's open episode as stored; its unsent alert states queued for sending.
@@ -114,6 +126,8 @@ class HangState:
         self.alerts += [Publication("alerts", job, encode("alerts", a)) for a in stored]
         episode = episode_from_alert(_alert_message(latest[0])) if latest else None
         self.restored_episodes += episode is not None
+        what = f"episode {episode.episode_id} open" if episode else "no open episode"
+        log.info("job %s recalled: %s, %d unsent alert states sent again", job, what, len(stored))
         return episode
 
     def _keep(self, out: Output) -> None:
@@ -128,7 +142,14 @@ class HangState:
 
 
 def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
-    app = new_app(settings.group, settings.bootstrap, settings.partitions, settings.offset_reset)
+    app = new_app(
+        settings.group,
+        settings.bootstrap,
+        settings.partitions,
+        settings.offset_reset,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+    )
     state = HangState(settings)
 
     def topic(kind: str) -> Any:
@@ -157,7 +178,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
         ready = state.on_tick()
-        await send_all(out_topics, ready)
+        await deliver(out_topics, ready)
         state.sent(ready)
 
     return app, state

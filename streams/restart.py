@@ -12,11 +12,12 @@ between the send and the record of it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
+from rankwatch.streams.pipeline import Publication
 from rankwatch.streams.store import Store
 from rankwatch.streams.times import utc
 
@@ -65,6 +66,17 @@ def announced_row(alert: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
         "state": alert["state"],
         "time": utc(now_ns),
     }
+
+
+async def deliver(topics: Mapping[str, Any], publications: Iterable[Publication]) -> None:
+    """Send each publication to its kind's faust topic and wait until the broker has
+    them all: only a delivered alert may be recorded in ``announced``."""
+    futures = [
+        await topics[p.kind].send(key=p.key.encode(), value=p.value, headers=p.headers)
+        for p in publications
+    ]
+    for future in futures:
+        await future
 
 
 def _message(row: Mapping[str, Any]) -> dict[str, Any]:

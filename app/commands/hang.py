@@ -40,6 +40,7 @@ def register(sub: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    import os
     from dataclasses import replace
 
     from faust.worker import Worker
@@ -63,6 +64,7 @@ def run_worker(args: argparse.Namespace) -> int:
         partitions=config.kafka.partitions,
         tick_s=args.tick,
         offset_reset=args.offset_reset,
+        session_timeout_s=float(os.environ.get("RANKWATCH_SESSION_TIMEOUT_S", "30")),
         hang=HangConfig(k=args.k, floor_s=args.floor, silent_after_s=args.silent_after),
     )
     prefix = settings.topic_prefix
