@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rankwatch.schemas.codec import decode, encode
@@ -62,3 +63,41 @@ def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
     assert len(store.rows["hangs"]) == 1 and len(store.rows["alerts"]) == 1
     assert len(store.rows["dead_letters"]) == 1
     assert state.on_tick() == []  # one alert per episode
+
+
+def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
+    tmp_path: Path,
+) -> None:
+    """Killed after storing the firing alert, before sending it: the next worker (same
+    chDB store) reopens the episode, sends the alert once, and once it is recorded as
+    sent, a third worker sends nothing."""
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    settings = HangSettings("b", dsn, hang=HangConfig(floor_s=4, silent_after_s=30))
+    now = [100 * NS]
+    src = Source("p.heartbeats")
+
+    def worker() -> HangState:
+        state = HangState(settings, clock=lambda: now[0])
+        for rank in (0, 1):
+            state.on_heartbeat(beat(rank, 100 * NS), src)
+        return state
+
+    first = worker()
+    now[0] += 5 * NS
+    (fired,) = first.on_tick()  # stored; the kill comes before the send
+    assert first.sink.store is not None
+    first.sink.store.close()
+    second = worker()
+    (again,) = second.on_tick()
+    assert again.value == fired.value  # the same message, ts_ns as first stored
+    assert second.restored_episodes == 1 and second.service.detector.episodes()
+    now[0] += 60 * NS  # still stuck: not declared again
+    assert second.on_tick() == []
+    second.sent([again])
+    assert second.sink.store is not None
+    second.sink.store.close()
+    third = worker()
+    assert third.on_tick() == [] and third.reannounced == 0 and third.restored_episodes == 1
+    assert third.sink.store is not None
+    with third.sink.store as store:
+        assert [r["state"] for r in store.query("SELECT state FROM alerts FINAL")] == ["firing"]
