@@ -21,6 +21,9 @@ class FakeStore:
     def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
         self.rows.setdefault(table, []).extend(rows)
 
+    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return []  # nothing stored before: every job is new
+
 
 def test_messages_rows_and_alerts() -> None:
     settings = MinderSettings(
