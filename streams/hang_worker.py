@@ -178,7 +178,11 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
         ready = state.on_tick()
-        await deliver(out_topics, ready)
+        try:
+            await deliver(out_topics, ready)
+        except Exception:
+            state.alerts[:0] = ready  # stored, not known to be sent: the next tick tries again
+            raise
         state.sent(ready)
 
     return app, state

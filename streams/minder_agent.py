@@ -24,6 +24,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,12 @@ def load_model(path: str) -> MinderModel | None:
 class MinderState:
     """Monitors of the jobs this worker owns, and the store they write to."""
 
-    def __init__(self, settings: MinderSettings, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        settings: MinderSettings,
+        store: Store | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.model = load_model(settings.model_path)
         self.monitors: dict[str, JobMonitor] = {}
@@ -132,6 +138,9 @@ class MinderState:
         """job -> end of the window its recalled snapshot was taken at: messages up to
         it are in that snapshot, or were not needed by it."""
         self.restored_jobs = 0
+        self.clock = clock
+        self.heard: dict[str, float] = {}
+        """job -> when its latest message came (this worker's clock, seconds)"""
 
     @property
     def store(self) -> Store:
@@ -169,6 +178,7 @@ class MinderState:
             self._settle(token)
         elif token is not None:
             self.unacked.setdefault(msg["job"], []).append((token, msg["ts_ns"]))
+        self.heard[msg["job"]] = self.clock()
 
     def on_tick(self) -> list[tuple[str, bytes]]:
         """Evaluate every job, store the rows (snapshots last), return the alerts to
@@ -183,6 +193,7 @@ class MinderState:
             self.outbox.extend(out.alerts)
             if monitor.next_end_ns != before:
                 self._snapshot(job, monitor)
+        self._release_idle()
         tables = [t for t, rows in self.pending.items() if rows and t != "detector_state"]
         for table in [*tables, "detector_state"]:  # a snapshot only after its rows
             if self.pending.get(table):
@@ -204,6 +215,19 @@ class MinderState:
     def take_acks(self) -> list[Token]:
         acks, self.acks = self.acks, []
         return acks
+
+    def _release_idle(self) -> None:
+        """A job silent for two windows and strides is not evaluated again until it
+        speaks: its messages no window covers are acknowledged anyway, or the
+        partition's committed offset would wait for them for ever (a restart then
+        forgets that unevaluated tail)."""
+        cfg = self.settings.online
+        limit = 2 * (cfg.window_s + cfg.stride_s + cfg.lag_s)
+        now = self.clock()
+        for job, waiting in self.unacked.items():
+            if waiting and now - self.heard.get(job, now) > limit:
+                self.settled += [token for token, _ in waiting]
+                waiting.clear()
 
     def _settle(self, token: Token) -> None:
         if token is not None:
@@ -274,7 +298,11 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         ready = state.on_tick()
         for event in state.take_acks():
             event.ack()
-        await deliver(topics, [Publication("alerts", job, value) for job, value in ready])
+        try:
+            await deliver(topics, [Publication("alerts", job, value) for job, value in ready])
+        except Exception:
+            state.outbox[:0] = [decode("alerts", value) for _, value in ready]  # the next tick
+            raise
         state.sent(ready)
 
     return app, state

@@ -1,0 +1,67 @@
+"""When the Minder worker acknowledges a message: once a stored snapshot covers it (its
+sample is no newer than a window the monitor evaluated), after the rows are stored;
+a job that falls silent does not hold its messages for ever."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from rankwatch.hooks.agent import metrics_message
+from rankwatch.streams.minder.online import NS, OnlineConfig
+from rankwatch.streams.minder_agent import MinderSettings, MinderState
+from rankwatch.streams.store import StoreError
+
+
+class FlakyStore:
+    def __init__(self) -> None:
+        self.down = False
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+        if self.down:
+            raise StoreError("down", transient=True)
+        self.rows.setdefault(table, []).extend(rows)
+
+    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return []
+
+
+T0 = 1_790_000_000 * NS
+
+
+def feed(state: MinderState, seconds: range) -> None:
+    for s in seconds:
+        for h in range(4):
+            msg = metrics_message("j", f"h{h}", T0 + s * NS, {"cpu_util": 50.0 + h})
+            state.on_message(orjson.dumps(msg), token=(s, h))
+
+
+def test_acknowledged_once_a_stored_snapshot_covers_the_sample() -> None:
+    now = [0.0]
+    settings = MinderSettings("b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=10))
+    store = FlakyStore()
+    state = MinderState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
+    feed(state, range(0, 12))  # the first window ends at T0 + 10 s (+2 s lag): not yet due
+    state.on_tick()
+    assert state.take_acks() == []
+    feed(state, range(12, 23))
+    store.down = True
+    try:
+        state.on_tick()
+        raise AssertionError("the store is down")
+    except StoreError:
+        pass
+    assert state.take_acks() == []  # evaluated, but nothing stored: nothing acknowledged
+    store.down = False
+    state.on_tick()
+    acks = state.take_acks()
+    (snapshot,) = store.rows["detector_state"]  # the tick that failed queued it
+    end = orjson.loads(snapshot["state"])["evaluated_end_ns"]
+    assert end == T0 + 20 * NS  # windows ending at 10 s and 20 s were evaluated
+    assert sorted(acks) == [(s, h) for s in range(21) for h in range(4)]
+    now[0] += 1000.0  # the job falls silent: its uncovered messages are let go
+    state.on_tick()
+    rest = state.take_acks()
+    assert sorted(acks + rest) == [(s, h) for s in range(23) for h in range(4)]
