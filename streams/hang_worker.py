@@ -30,11 +30,21 @@ from rankwatch.streams.faustapp import new_app, output_topics, shorten_fetch_wai
 from rankwatch.streams.hang.detector import Episode, HangConfig
 from rankwatch.streams.hangs import HangService, episode_from_alert
 from rankwatch.streams.pipeline import DEAD_LETTERS, Output, Publication, Source
-from rankwatch.streams.restart import announced_row, deliver, unannounced
+from rankwatch.streams.restart import (
+    announced_row,
+    deliver,
+    load_snapshot,
+    snapshot_row,
+    unannounced,
+)
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store, StoreError
 
 log = logging.getLogger("rankwatch.hang")
+DETECTOR = "hang"
+SNAPSHOT_EVERY_S = 10
+"""A job's step-time baseline is stored at most this often (it changes every step)."""
+NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ class HangState:
         """Alerts and dead letters whose rows are buffered, published after the flush."""
         self.restored_episodes = 0
         self.reannounced = 0
+        self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
+        """job -> (step times last snapshotted, when)"""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
         self._keep(self.service.on_heartbeat(value, source, self.clock()))
@@ -84,6 +96,7 @@ class HangState:
     def on_tick(self) -> list[Publication]:
         """Evaluate, store; the alerts and dead letters that may now be published."""
         self._keep(self.service.on_tick(self.clock()))
+        self.sink.write(self._snapshots())
         try:
             if self.sink.store is None and self.sink.pending:
                 self.sink.store = self._connect()
@@ -111,24 +124,40 @@ class HangState:
             return
         log.info("%d alert states sent and recorded", len(out.rows["announced"]))
 
-    def _recall(self, job: str) -> Episode | None:
-        """The job's open episode as stored; its unsent alert states queued for sending.
-        A store that cannot answer leaves the job unrecalled (logged): it starts afresh."""
+    def _recall(self, job: str) -> tuple[Episode | None, list[float]]:
+        """The job's open episode and step times as stored; its unsent alert states
+        queued for sending. A store that cannot answer leaves the job unrecalled
+        (logged): it starts afresh."""
         try:
             if self.sink.store is None:
                 self.sink.store = self._connect()
             stored = unannounced(self.sink.store, job, "hang")
             latest = self.sink.store.query(_LATEST_HANG, {"job": job})
+            baseline = load_snapshot(self.sink.store, job, DETECTOR) or {"step_times": []}
         except StoreError as exc:
             log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
-            return None
+            return None, []
+        self._baselines[job] = (tuple(baseline["step_times"]), self.clock())
         self.reannounced += len(stored)
         self.alerts += [Publication("alerts", job, encode("alerts", a)) for a in stored]
         episode = episode_from_alert(_alert_message(latest[0])) if latest else None
         self.restored_episodes += episode is not None
         what = f"episode {episode.episode_id} open" if episode else "no open episode"
         log.info("job %s recalled: %s, %d unsent alert states sent again", job, what, len(stored))
-        return episode
+        return episode, list(baseline["step_times"])
+
+    def _snapshots(self) -> Output:
+        """``detector_state`` rows of the jobs whose step times changed, at most one per
+        job every ``SNAPSHOT_EVERY_S``."""
+        out, now = Output(), self.clock()
+        detector = self.service.detector
+        for job in detector.jobs():
+            times = tuple(detector.step_times(job))
+            written, at = self._baselines.get(job, ((), -SNAPSHOT_EVERY_S * NS))
+            if times != written and now - at >= SNAPSHOT_EVERY_S * NS:
+                out.add("detector_state", snapshot_row(job, DETECTOR, now, {"step_times": times}))
+                self._baselines[job] = (times, now)
+        return out
 
     def _keep(self, out: Output) -> None:
         self.sink.write(out)

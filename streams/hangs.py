@@ -24,8 +24,9 @@ MAX_DUMPS_PER_JOB = 4096
 """Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
 
 
-Recall = Callable[[str], Episode | None]
-"""job -> its open episode as stored (the shell's store lookup for a job first met)."""
+Recall = Callable[[str], tuple[Episode | None, list[float]]]
+"""job -> its open episode and recent step times as stored (the shell's store lookup
+for a job first met)."""
 
 
 @dataclass
@@ -47,9 +48,7 @@ class HangService:
             return self._dead(data, source, now_ns, exc)
         job = message["job"]
         if self.recall is not None and not self.detector.knows(job):
-            episode = self.recall(job)
-            if episode is not None:
-                self.detector.restore(job, episode)
+            self.detector.restore(job, *self.recall(job))
         self.detector.observe(message, now_ns)
         return Output()
 

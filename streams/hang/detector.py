@@ -145,12 +145,23 @@ class HangDetector:
     def knows(self, job: str) -> bool:
         return job in self._jobs
 
-    def restore(self, job: str, episode: Episode) -> None:
-        """Reopen ``episode`` of ``job`` as a restarted worker recalls it from the store:
-        it resolves when a rank progresses past its ``last_progress_ns``, and is not
-        declared again meanwhile (docs/detection.md, "After a restart")."""
+    def restore(
+        self, job: str, episode: Episode | None, step_times: list[float] | None = None
+    ) -> None:
+        """``job`` as a restarted worker recalls it from the store: an open ``episode``
+        resolves when a rank progresses past its ``last_progress_ns`` and is not declared
+        again meanwhile; ``step_times`` are the recent step times behind the stall
+        threshold (docs/detection.md, "After a restart")."""
         state = self._jobs.setdefault(job, _Job(step_times=deque(maxlen=self.config.step_window)))
         state.episode = episode
+        state.step_times.extend(step_times or ())
+
+    def step_times(self, job: str) -> list[float]:
+        """The job's recent step times (what a restarted worker needs of its baseline)."""
+        return list(self._jobs[job].step_times) if job in self._jobs else []
+
+    def jobs(self) -> list[str]:
+        return list(self._jobs)
 
     def episodes(self) -> list[Episode]:
         return [j.episode for j in self._jobs.values() if j.episode and j.episode.open]

@@ -107,9 +107,9 @@ def test_a_restarted_service_reopens_the_stored_episode_and_resolves_it_once() -
     stored = decode("alerts", encode("alerts", fired[2]))  # as the store gives it back
     asked: list[str] = []
 
-    def recall(job: str) -> Episode | None:
+    def recall(job: str) -> tuple[Episode | None, list[float]]:
         asked.append(job)
-        return episode_from_alert(stored)
+        return episode_from_alert(stored), [3.0] * 5  # the stored step-time baseline
 
     second = HangService(config, recall=recall)
     for t in (21, 30, 40):  # still stuck, long past the floor
@@ -118,6 +118,7 @@ def test_a_restarted_service_reopens_the_stored_episode_and_resolves_it_once() -
             second.on_heartbeat(heartbeat(rank, 3, 10, op), SRC, t * NS)
         assert second.on_tick(t * NS).messages == []
     assert asked == ["j"]  # once, when the job was first met
+    assert second.detector.threshold_s("j") == 15.0  # k x the restored median, not the floor
     second.on_heartbeat(heartbeat(1, 3, 41, "grads-reduce-scatter"), SRC, 41 * NS)
     (resolved,) = second.on_tick(42 * NS).messages
     assert resolved[2]["alert_id"] == stored["alert_id"] and resolved[2]["state"] == "resolved"

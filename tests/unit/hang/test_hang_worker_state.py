@@ -101,3 +101,37 @@ def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
     assert third.sink.store is not None
     with third.sink.store as store:
         assert [r["state"] for r in store.query("SELECT state FROM alerts FINAL")] == ["firing"]
+
+
+def stepping(rank: int, step: int, at_ns: int) -> bytes:
+    done = {"optype": "forward-compute", "seq_id": 0, "step": step, "end_ns": at_ns}
+    return encode(
+        "heartbeats",
+        {
+            "schema": "heartbeats", "version": 1, "job": "j", "host": "h", "rank": rank,
+            "dp_rank": rank, "pp_rank": 0, "tp_rank": 0, "cp_rank": 0, "sent_ns": at_ns,
+            "step": step, "pid": 1, "last_done": done, "in_flight": None,
+        },
+    )  # fmt: skip
+
+
+def test_the_step_time_baseline_survives_a_restart(tmp_path: Path) -> None:
+    """Steps of 20 s: the stall threshold is 5 x 20 s, and stays so for the next worker
+    (not the 4 s floor, which would call the next slow step a hang)."""
+    settings = HangSettings(
+        "b", f"chdb://{tmp_path / 'chdb'}", hang=HangConfig(floor_s=4, silent_after_s=300)
+    )
+    now = [1000 * NS]
+    src = Source("p.heartbeats")
+    first = HangState(settings, clock=lambda: now[0])
+    for step in range(6):
+        now[0] = (1000 + 20 * step) * NS
+        for rank in (0, 1):
+            first.on_heartbeat(stepping(rank, step, now[0]), src)
+        first.on_tick()
+    assert first.service.detector.threshold_s("j") == 100.0
+    assert first.sink.store is not None
+    first.sink.store.close()
+    second = HangState(settings, clock=lambda: now[0])
+    second.on_heartbeat(stepping(0, 5, now[0]), src)
+    assert second.service.detector.threshold_s("j") == 100.0
