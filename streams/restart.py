@@ -25,14 +25,18 @@ _SNAPSHOT = (
     "SELECT state FROM detector_state FINAL "
     "WHERE job = {job:String} AND detector = {detector:String} LIMIT 1"
 )
-# the job's latest stored alert states of a kind (those of its last alerting tick:
-# every state a tick emits carries the tick's ts_ns) that were never recorded as sent
+RESEND_HORIZON_S = 3600
+"""Stored alert states at most this much older than the job's newest one are looked at
+(an alert stored but never sent is one of the latest few; older ones without an
+``announced`` row predate the table)."""
+# the job's recent stored alert states of a kind that were never recorded as sent
 _UNANNOUNCED = (
     "SELECT alert_id, job, kind, state, severity, ts_ns, summary, evidence "
     "FROM alerts FINAL WHERE job = {job:String} AND kind = {kind:String} "
-    "AND ts_ns = (SELECT max(ts_ns) FROM alerts WHERE job = {job:String} AND kind = {kind:String}) "
+    "AND ts_ns >= (SELECT max(ts_ns) FROM alerts WHERE job = {job:String} "
+    "AND kind = {kind:String}) - {horizon:Int64} "
     "AND (alert_id, state) NOT IN (SELECT alert_id, state FROM announced "
-    "WHERE job = {job:String}) ORDER BY alert_id, state = 'resolved'"
+    "WHERE job = {job:String}) ORDER BY ts_ns, alert_id, state = 'resolved'"
 )
 
 
@@ -53,9 +57,11 @@ def snapshot_row(job: str, detector: str, now_ns: int, state: Mapping[str, Any])
 
 
 def unannounced(store: Store, job: str, kind: str) -> list[dict[str, Any]]:
-    """The job's latest stored ``kind`` alert states that were not recorded as sent,
-    back as ``alerts`` messages (ts_ns as first stored)."""
-    return [_message(row) for row in store.query(_UNANNOUNCED, {"job": job, "kind": kind})]
+    """The job's recent stored ``kind`` alert states (within ``RESEND_HORIZON_S`` of
+    its newest) that were not recorded as sent, back as ``alerts`` messages, oldest
+    first (ts_ns as first stored)."""
+    params = {"job": job, "kind": kind, "horizon": RESEND_HORIZON_S * 1_000_000_000}
+    return [_message(row) for row in store.query(_UNANNOUNCED, params)]
 
 
 def announced_row(alert: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
