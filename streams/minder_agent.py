@@ -34,12 +34,12 @@ import numpy as np
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
 from rankwatch.streams.alerts import alert_row
-from rankwatch.streams.deadletter import dead_letter_row
+from rankwatch.streams.deadletter import DeadLetter, dead_letter, dead_letter_row
 from rankwatch.streams.faustapp import new_app, output_topics
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
 from rankwatch.streams.minder.serial import model_from_arrays
-from rankwatch.streams.pipeline import Publication, Source
+from rankwatch.streams.pipeline import DEAD_LETTERS, Publication, Source
 from rankwatch.streams.restart import (
     announced_row,
     deliver,
@@ -125,6 +125,9 @@ class MinderState:
         self._store = store
         self.pending: dict[str, list[dict[str, Any]]] = {}
         self.dead_letters = 0
+        self.dead_outbox: list[DeadLetter] = []
+        """Refused messages whose rows wait to be stored, then go to the dead-letter topic."""
+        self._dead_ready: list[DeadLetter] = []
         self.unacked: dict[str, list[tuple[Token, int]]] = {}
         """job -> (token, sample ts_ns) of messages no stored snapshot covers yet"""
         self.settled: list[Token] = []
@@ -156,16 +159,17 @@ class MinderState:
         partition: int = -1,
         offset: int = -1,
         token: Token = None,
+        key: bytes | None = None,
     ) -> None:
         try:
             msg = decode("metrics", value)
         except InvalidMessage as exc:
             self.dead_letters += 1
+            source = Source(topic, partition, offset, key)
             self.pending.setdefault("dead_letters", []).append(
-                dead_letter_row(
-                    value, Source(topic, partition, offset), time.time_ns(), exc.reason, exc.detail
-                )
+                dead_letter_row(value, source, time.time_ns(), exc.reason, exc.detail)
             )
+            self.dead_outbox.append(dead_letter(value, source, exc.reason, exc.detail))
             self._settle(token)
             return
         monitor = self.monitors.get(msg["job"]) or self._meet(msg["job"])
@@ -200,6 +204,8 @@ class MinderState:
                 self.store.insert(table, self.pending[table])
             self.pending.pop(table, None)
         self.acks += self.settled
+        self._dead_ready += self.dead_outbox
+        self.dead_outbox = []
         alerts, self.outbox, self.settled = self.outbox, [], []
         return [(a["job"], encode("alerts", a)) for a in alerts]
 
@@ -211,6 +217,11 @@ class MinderState:
         if rows:
             self.store.insert("announced", rows)
             log.info("%d alert states sent and recorded", len(rows))
+
+    def take_dead_letters(self) -> list[Publication]:
+        """Dead letters whose rows are stored, for ``<prefix>.dead-letters``."""
+        ready, self._dead_ready = self._dead_ready, []
+        return [Publication.of_dead_letter(d) for d in ready]
 
     def take_acks(self) -> list[Token]:
         acks, self.acks = self.acks, []
@@ -285,13 +296,13 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         value_serializer="raw",
         partitions=settings.partitions,
     )
-    topics = output_topics(app, settings.topic_prefix, ("alerts",))
+    topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
 
     @app.agent(metrics)
     async def consume(stream: Any) -> None:
         async for event in stream.noack().events():
             m = event.message
-            state.on_message(event.value, m.topic, m.partition, m.offset, token=event)
+            state.on_message(event.value, m.topic, m.partition, m.offset, token=event, key=m.key)
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
@@ -304,5 +315,6 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
             state.outbox[:0] = [decode("alerts", value) for _, value in ready]  # the next tick
             raise
         state.sent(ready)
+        await deliver(topics, state.take_dead_letters())
 
     return app, state

@@ -182,7 +182,9 @@ def _worker(args: argparse.Namespace) -> int:
         model_path=args.model,
     )
     prefix = settings.topic_prefix
-    make_topics(config.kafka, [f"{prefix}.metrics", f"{prefix}.alerts"])
+    make_topics(
+        config.kafka, [f"{prefix}.{kind}" for kind in ("metrics", "alerts", "dead-letters")]
+    )
     app, _state = build_minder_app(settings)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0

@@ -46,6 +46,9 @@ def test_messages_rows_and_alerts() -> None:
         published += state.on_tick()
     assert state.dead_letters == 2
     assert [r["offset"] for r in store.rows["dead_letters"]] == [7, 8]
+    dead = state.take_dead_letters()  # stored: now for the dead-letter topic, bytes as read
+    assert (dead[0].kind, dead[0].value) == ("dead-letters", b"{not json")
+    assert [dict(p.headers or [])["rankwatch-source-offset"] for p in dead] == [b"7", b"8"]
     assert [decode("alerts", v)["evidence"]["host"] for _, v in published] == ["h2"]
     assert [r["state"] for r in store.rows["alerts"]] == ["firing"]
     assert len(store.rows["machine_faults"]) == 1
