@@ -78,11 +78,13 @@ class LstmVae(nn.Module):
 
 
 def training_windows(x_MTI: NDArray[np.floating], cfg: TrainConfig) -> NDArray[np.float32]:
-    """(B, L, I) windows of every machine's series, subsampled to ``max_windows``."""
+    """(B, L, I) windows of every machine's series, subsampled to ``max_windows``; a
+    window with a missing point (NaN: a late joiner, a gap) is left out."""
     _, t, i = x_MTI.shape
     starts = np.arange(0, t - cfg.window + 1, cfg.stride)
     idx = starts[:, None] + np.arange(cfg.window)
     w = np.asarray(x_MTI, dtype=np.float32)[:, idx].reshape(-1, cfg.window, i)
+    w = w[~np.isnan(w).any(axis=(1, 2))]
     if w.shape[0] > cfg.max_windows:
         rng = np.random.default_rng(cfg.seed)
         w = w[rng.choice(w.shape[0], cfg.max_windows, replace=False)]
@@ -122,24 +124,11 @@ def train_model(
     return MinderModel(metrics=metrics, denoisers=denoisers)
 
 
-def load_group(directory: Path) -> Any:
-    """The ``omi-*.npz`` files of a directory (in server order) as one study group."""
-    from rankwatch.streams.minder.study import group_from_arrays
-
-    files = sorted(directory.glob("omi-*.npz"), key=lambda p: (len(p.name), p.name))
-    if not files:
-        raise FileNotFoundError(f"no omi-*.npz in {directory}")
-    parts = []
-    for f in files:
-        with np.load(f, allow_pickle=False) as z:
-            parts.append((z["train"], z["test"], z["test_label"]))
-    return group_from_arrays(parts), [f.stem for f in files]
-
-
 def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> dict[str, Any]:
     """Train on every server's train split, then the leave-one-server-out study."""
     from rankwatch.streams.minder.detector import MinderConfig
     from rankwatch.streams.minder.study import study
+    from rankwatch.streams.minder_files import load_group
 
     group, names = load_group(directory)
     config = detector or MinderConfig(window=train.window, stride=max(train.window // 2, 1))

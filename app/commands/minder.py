@@ -88,10 +88,10 @@ def _train(args: argparse.Namespace) -> int:
     from rankwatch.streams.minder.priority import max_z_features, rank_metrics
     from rankwatch.streams.minder.serial import model_to_arrays
     from rankwatch.streams.minder.similarity import window_starts
-    from rankwatch.streams.minder_train import load_group, train_model
+    from rankwatch.streams.minder_train import train_model
 
     cfg = _train_config(args)
-    group, names = load_group(args.dir)
+    group, names = _load(args.dir)
     model = train_model(group.train_MTK, group.metrics, cfg)
     config = MinderConfig(window=cfg.window, stride=cfg.window // 2)
     scores = metric_scores(group.train_MTK, model, config)
@@ -108,12 +108,28 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load(directory: Path) -> Any:
+    from rankwatch.errors import UserError
+    from rankwatch.streams.minder_files import GroupFileError, load_group
+
+    try:
+        return load_group(directory)
+    except GroupFileError as exc:
+        raise UserError(str(exc)) from exc
+
+
 def _eval(args: argparse.Namespace) -> int:
     import orjson
 
+    from rankwatch.errors import UserError
+    from rankwatch.streams.minder_files import GroupFileError
     from rankwatch.streams.minder_train import evaluate_dir
 
-    out = evaluate_dir(args.dir, _train_config(args))
+    cfg = _train_config(args)
+    try:
+        out = evaluate_dir(args.dir, cfg)
+    except GroupFileError as exc:
+        raise UserError(str(exc)) from exc
     if args.format == "json":
         print(orjson.dumps(out).decode())
         return 0
@@ -134,13 +150,12 @@ def _detect(args: argparse.Namespace) -> int:
     from rankwatch.errors import UserError
     from rankwatch.streams.minder import MinderConfig, detect
     from rankwatch.streams.minder.serial import model_from_arrays
-    from rankwatch.streams.minder_train import load_group
 
     try:
         model = model_from_arrays(dict(np.load(args.model, allow_pickle=False)))
     except (OSError, KeyError, ValueError) as exc:
         raise UserError(f"cannot read model {args.model}: {exc}") from exc
-    group, names = load_group(args.dir)
+    group, names = _load(args.dir)
     window = next(iter(model.denoisers.values())).window if model.denoisers else 8
     config = replace(MinderConfig(window=window, stride=window // 2), continuity=args.continuity)
     det = detect(group.test_MTK, model, config)

@@ -1,6 +1,7 @@
 """Minder: similarity + continuity + denoising + metric priority, in one detection call.
 
-Input: one job's metrics on a common grid, normalised to [0, 1] (``grid``), x_MTK.
+Input: one job's metrics on a common grid, normalised to [0, 1] (``grid``), x_MTK;
+NaN where a machine has no sample (it is then not compared in that window).
 Per metric in priority order: denoise each machine's series with the metric's VAE,
 cut it into windows, score each machine per window (``similarity``), mark
 candidates above the metric's threshold, keep those that last (``continuity``). At
@@ -153,10 +154,19 @@ def decide(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[N
 
 
 def calibrate_thresholds(
-    scores_KNM: F64, metrics: Sequence[str], quantile: float, minimum: float = 0.0
+    scores_KNM: F64,
+    metrics: Sequence[str],
+    quantile: float,
+    minimum: float = 0.0,
+    default: float = MinderConfig.threshold,
 ) -> dict[str, float]:
-    """Per metric, the given quantile of the top machine's score over normal windows."""
-    top = np.nanmax(scores_KNM, axis=2)
-    return {
-        name: max(float(np.quantile(top[k], quantile)), minimum) for k, name in enumerate(metrics)
-    }
+    """Per metric, the given quantile of the top machine's score over normal windows
+    (windows where no machine was scored are left out; a metric with none gets
+    ``default``)."""
+    top_KN = np.where(np.isnan(scores_KNM), -np.inf, scores_KNM).max(axis=2)
+    out = {}
+    for k, name in enumerate(metrics):
+        scored = top_KN[k][np.isfinite(top_KN[k])]
+        level = float(np.quantile(scored, quantile)) if scored.size else default
+        out[name] = max(level, minimum)
+    return out

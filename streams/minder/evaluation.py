@@ -8,6 +8,10 @@ first point to the end of the first reporting window that overlaps it (0 when a
 window reports it as soon as it starts); segments never reported count as misses in
 ``segment_recall`` and are left out of the mean delay.
 
+Where a server has no sample (``present_MT`` false: it joined late, left, or had a
+gap) the detector cannot see it, so the (server, window) units that are not fully
+present are not scored either way.
+
 Legend: M machines (servers), T points, N windows.
 """
 
@@ -25,6 +29,14 @@ def window_labels(label_MT: NDArray[np.integer], starts: NDArray[np.int64], wind
     """(N, M): whether each server has a labelled point in each window."""
     c = np.concatenate([np.zeros((label_MT.shape[0], 1)), np.cumsum(label_MT > 0, axis=1)], axis=1)
     return np.asarray((c[:, starts + window] - c[:, starts]) > 0).T
+
+
+def window_present(present_MT: NDArray[np.bool_], starts: NDArray[np.int64], window: int) -> Bool:
+    """(N, M): whether each server has every point of each window."""
+    gaps = np.concatenate(
+        [np.zeros((present_MT.shape[0], 1)), np.cumsum(~present_MT, axis=1)], axis=1
+    )
+    return np.asarray((gaps[:, starts + window] - gaps[:, starts]) == 0).T
 
 
 def segments(label_T: NDArray[np.integer]) -> list[tuple[int, int]]:
@@ -91,11 +103,16 @@ def score(
     starts: NDArray[np.int64],
     window: int,
     servers: NDArray[np.int64] | None = None,
+    present_MT: NDArray[np.bool_] | None = None,
 ) -> Scores:
-    """Score predictions of all servers, or only of the ``servers`` given (held out)."""
+    """Score predictions of all servers, or only of the ``servers`` given (held out);
+    with ``present_MT``, only the units a server fully covers."""
     truth = window_labels(label_MT, starts, window)
     cols = np.arange(label_MT.shape[0]) if servers is None else servers
     p, t = pred_NM[:, cols], truth[:, cols]
+    if present_MT is not None:
+        seen = window_present(present_MT, starts, window)[:, cols]
+        p, t = p & seen, t & seen
     tp, fp, fn = int((p & t).sum()), int((p & ~t).sum()), int((~p & t).sum())
     prec = tp / (tp + fp) if tp + fp else 0.0
     rec = tp / (tp + fn) if tp + fn else 0.0

@@ -15,6 +15,11 @@ keeps a job whose machines all agree closely from turning tiny differences into
 large scores: a machine must lie about ``threshold x floor`` farther than the median
 machine to be a candidate.
 
+Missing points (NaN: a machine that joined late, left, or has a gap) are never
+compared: in each window only the machines with every point present are scored
+against each other (the others get NaN), and a window with fewer than
+``MIN_MACHINES`` of them scores no one.
+
 Legend: M machines, T grid points, W window length, N windows.
 """
 
@@ -60,16 +65,43 @@ def normalised_scores(d_M: F64, floor: float) -> F64:
     return (d_M - med) / (1.4826 * mad + floor)
 
 
+MIN_MACHINES = 3
+"""Fewer machines than this in a window: no one to tell the odd one out from."""
+
+
+def covered(x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int) -> NDArray:
+    """(N, M): whether each machine has every point of each window."""
+    gaps = np.concatenate([np.zeros((x_MT.shape[0], 1)), np.cumsum(np.isnan(x_MT), axis=1)], axis=1)
+    return np.asarray((gaps[:, starts + window] - gaps[:, starts]) == 0).T
+
+
 def window_scores(
     x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
 ) -> F64:
-    """Scores (N, M) of one metric's series over the given windows."""
+    """Scores (N, M) of one metric's series over the given windows; NaN for a machine
+    not covering a window, and for everyone in a window with too few machines."""
     m = x_MT.shape[0]
+    if np.isnan(x_MT).any():
+        return _scores_of_covered(x_MT, starts, window, floor)
     if m * m * starts.size <= BATCH_ELEMENTS:
         return _batched_scores(x_MT, starts, window, floor)
     out = np.empty((starts.size, m))
     for n, s in enumerate(starts):
         out[n] = normalised_scores(mean_distances(x_MT[:, s : s + window]), floor)
+    return out
+
+
+def _scores_of_covered(
+    x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
+) -> F64:
+    """Window by window, among the machines that cover it (the slow path: gaps)."""
+    ok_NM = covered(x_MT, starts, window)
+    out = np.full((starts.size, x_MT.shape[0]), np.nan)
+    for n, s in enumerate(starts):
+        rows = np.flatnonzero(ok_NM[n])
+        if rows.size >= MIN_MACHINES:
+            d = mean_distances(x_MT[rows, s : s + window])
+            out[n, rows] = normalised_scores(d, floor)
     return out
 
 

@@ -123,6 +123,17 @@ def reconstruct(weights: VaeWeights, x_BLI: F32) -> F32:
     return np.ascontiguousarray(out_LIB.transpose(2, 0, 1))
 
 
+def _reconstruct_chunks(weights: VaeWeights, chunks_BLI: F32) -> F32:
+    """Reconstruct chunks; a chunk with a missing point (NaN) comes back all NaN: a
+    reconstruction from invented values would be compared as if it were measured."""
+    gap_B = np.isnan(chunks_BLI).any(axis=(1, 2))
+    if not gap_B.any():
+        return reconstruct(weights, chunks_BLI)
+    rec = reconstruct(weights, np.nan_to_num(chunks_BLI, nan=0.0))
+    rec[gap_B] = np.nan
+    return rec
+
+
 def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
     """Reconstruct whole series (M, T) of one metric chunk by chunk (chunks of the model's
     window; a last partial chunk is padded with its final value and cut back)."""
@@ -133,7 +144,7 @@ def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
     padded[:, :t] = x_MT
     if n * w > t:
         padded[:, t:] = x_MT[:, -1:]
-    rec = reconstruct(weights, padded.reshape(m * n, w, 1))
+    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, 1))
     return rec.reshape(m, n * w)[:, :t]
 
 
@@ -146,5 +157,5 @@ def denoise_joint(weights: VaeWeights, x_MTK: NDArray[np.floating]) -> F32:
     padded[:, :t] = x_MTK
     if n * w > t:
         padded[:, t:] = x_MTK[:, -1:]
-    rec = reconstruct(weights, padded.reshape(m * n, w, k))
+    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, k))
     return rec.reshape(m, n * w, k)[:, :t]
