@@ -24,6 +24,7 @@ decided by when the fault was injected.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -103,6 +104,20 @@ def cpu_cgroups(tag: str) -> Iterator[Path]:
                 group.rmdir()  # empty by now: the caller has reaped the ranks
 
 
+NET_LOCK = Path("/tmp/rankwatch-minder-lab.lock")
+
+
+def free_subnet() -> str:
+    """A 10.X prefix no interface of this host uses (two runs at once, from two
+    checkouts say, must not share one: the ranks' connections would go astray). The
+    caller holds ``NET_LOCK`` until its addresses are assigned."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], check=True, capture_output=True, text=True)
+    for second in range(200, 250):
+        if f" 10.{second}." not in used.stdout:
+            return f"10.{second}"
+    raise RuntimeError("no free 10.200-249 subnet for the lab")
+
+
 @contextmanager
 def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
     """Namespaces, links, a sink server, the CPU cgroups and the rank processes."""
@@ -110,21 +125,23 @@ def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
-    net = f"10.{200 + int(tag, 16) % 50}"  # two runs at once must not share subnets
     procs: list[subprocess.Popen[bytes]] = []
     made: list[int] = []
     try:
-        for i in range(RANKS):
-            ns, host, peer = f"rw{tag}{i}", f"rw{tag}{i}h", f"rw{tag}{i}c"
-            sh("ip", "netns", "add", ns)
-            made.append(i)
-            sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
-            sh("ip", "link", "set", peer, "netns", ns)
-            sh("ip", "addr", "add", f"{net}.{i}.1/24", "dev", host)
-            sh("ip", "link", "set", host, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.{i}.2/24", "dev", peer)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", peer, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        with open(NET_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released once our addresses are up
+            net = free_subnet()
+            for i in range(RANKS):
+                ns, host, peer = f"rw{tag}{i}", f"rw{tag}{i}h", f"rw{tag}{i}c"
+                sh("ip", "netns", "add", ns)
+                made.append(i)
+                sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
+                sh("ip", "link", "set", peer, "netns", ns)
+                sh("ip", "addr", "add", f"{net}.{i}.1/24", "dev", host)
+                sh("ip", "link", "set", host, "up")
+                sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.{i}.2/24", "dev", peer)
+                sh("ip", "netns", "exec", ns, "ip", "link", "set", peer, "up")
+                sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
         with cpu_cgroups(tag) as cgroup:
             try:
                 for i in range(RANKS):
