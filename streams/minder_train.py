@@ -140,3 +140,30 @@ def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> d
     out["servers"] = names
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
     return out
+
+
+def holdout_dir(
+    directory: Path, held_out: list[str], train: TrainConfig, minutes_per_point: float
+) -> dict[str, Any]:
+    """Train on every server's train split, pick settings on the servers not in
+    ``held_out`` and score the held-out ones (``rankwatch.streams.minder.holdout``)."""
+    from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.holdout import holdout_study
+    from rankwatch.streams.minder_files import GroupFileError, load_group
+
+    group, names = load_group(directory)
+    unknown = sorted(set(held_out) - set(names))
+    if unknown or len(set(held_out)) >= len(names) or not held_out:
+        raise GroupFileError(
+            f"--holdout must name some but not all of {', '.join(names)}"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    held = [names.index(n) for n in held_out]
+    dev = [i for i in range(len(names)) if i not in held]
+    config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
+    model = train_model(group.train_MTK, group.metrics, train)
+    out = holdout_study(group, model, config, dev, held, 24 * 60 / minutes_per_point)
+    out["development_servers"] = [names[i] for i in dev]
+    out["held_out_servers"] = list(held_out)
+    out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
+    return out

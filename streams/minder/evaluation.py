@@ -120,3 +120,74 @@ def score(
     found, total = delays(p, label_MT[cols], starts, window)
     delay = float(np.mean(found)) if found else None
     return Scores(prec, rec, f1, delay, tp, fp, fn, total, len(found))
+
+
+def alarm_episodes(pred_N: Bool) -> list[tuple[int, int]]:
+    """Inclusive (first, last) window index of each run of consecutive reported windows:
+    one alarm, as an operator would see it."""
+    return segments(np.asarray(pred_N, dtype=np.uint8))
+
+
+@dataclass(frozen=True)
+class EventScores:
+    """What an operator sees: labelled segments found and how fast, alarms that matched
+    nothing, and the point-level precision/recall/F1 beside them."""
+
+    segments: int
+    detected: int
+    delays_points: tuple[int, ...]
+    """Per detected segment, points from its first point to the end of the first window
+    that reported it."""
+    false_alarms: int
+    """Alarm episodes whose windows hold no labelled point of that server."""
+    machine_days: float
+    point_precision: float
+    point_recall: float
+    point_f1: float
+
+    def to_json(self, minutes_per_point: float) -> dict[str, float | int | None]:
+        d = np.array(self.delays_points, dtype=np.float64) * minutes_per_point
+        return {
+            "segments": self.segments,
+            "segments_detected": self.detected,
+            "detect_minutes_median": round(float(np.median(d)), 1) if d.size else None,
+            "detect_minutes_mean": round(float(d.mean()), 1) if d.size else None,
+            "false_alarms": self.false_alarms,
+            "machine_days": round(self.machine_days, 2),
+            "false_alarms_per_machine_day": round(self.false_alarms / self.machine_days, 3)
+            if self.machine_days
+            else None,
+            "point_precision": round(self.point_precision, 4),
+            "point_recall": round(self.point_recall, 4),
+            "point_f1": round(self.point_f1, 4),
+        }
+
+
+def event_scores(
+    pred_NM: Bool,
+    label_MT: NDArray[np.integer],
+    starts: NDArray[np.int64],
+    window: int,
+    servers: NDArray[np.int64],
+    present_MT: NDArray[np.bool_],
+    points_per_day: float,
+) -> EventScores:
+    """Event-level and point-level scores of the given servers only."""
+    found, total = delays(pred_NM[:, servers], label_MT[servers], starts, window)
+    false_alarms = 0
+    point_pred = np.zeros((servers.size, label_MT.shape[1]), dtype=bool)
+    for i, m in enumerate(servers):
+        for first, last in alarm_episodes(pred_NM[:, m]):
+            lo, hi = int(starts[first]), int(starts[last]) + window
+            false_alarms += not label_MT[m, lo:hi].any()
+        for n in np.flatnonzero(pred_NM[:, m]):
+            point_pred[i, starts[n] : starts[n] + window] = True
+    seen = present_MT[servers]
+    truth = (label_MT[servers] > 0) & seen
+    point_pred &= seen
+    tp = int((point_pred & truth).sum())
+    prec = tp / int(point_pred.sum()) if point_pred.any() else 0.0
+    rec = tp / int(truth.sum()) if truth.any() else 0.0
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    days = float(seen.sum()) / points_per_day
+    return EventScores(total, len(found), tuple(found), false_alarms, days, prec, rec, f1)
