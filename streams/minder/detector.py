@@ -20,6 +20,8 @@ Legend: M machines, T grid points, K metrics, N windows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,6 +60,9 @@ class MinderConfig:
     metrics in priority order exceed their thresholds there (``docs/minder.md``)."""
     vote_metrics: int = 0
     """How many metrics, in priority order, take part in the vote (0: all)."""
+    workers: int = 1
+    """Metrics scored at once, on that many threads (numpy releases the GIL in the
+    LSTM's and the distances' array work); the result does not depend on it."""
 
 
 @dataclass(frozen=True)
@@ -153,13 +158,25 @@ def detect(
     confirmed = np.zeros((n, m), dtype=bool)
     decided = np.full(n, -1, dtype=np.int64)
     joint = _joint(x_MTK, model, config)
-    for k in _metrics_to_score(model, config):
-        if config.vote == 0 and config.use_priority and (decided >= 0).all():
-            break
+
+    def score_metric(k: int) -> F64:
         series = joint[:, :, k] if joint is not None else denoised(x_MTK, model, config, k)
-        scores[k] = _scores(series, starts, model, config, k)
-        if config.vote == 0:
-            _decide_metric(scores[k], k, model, config, confirmed, decided)
+        return _scores(series, starts, model, config, k)
+
+    order = _metrics_to_score(model, config)
+    batch = max(config.workers, 1)
+    with ThreadPoolExecutor(batch) if batch > 1 else nullcontext() as pool:
+        for i in range(0, len(order), batch):
+            ks = order[i : i + batch]
+            done = pool.map(score_metric, ks) if pool is not None else map(score_metric, ks)
+            for k, scored in zip(ks, done, strict=True):
+                if config.vote == 0 and config.use_priority and (decided >= 0).all():
+                    break  # decided before k: k is not reported (as if never computed)
+                scores[k] = scored
+                if config.vote == 0:
+                    _decide_metric(scores[k], k, model, config, confirmed, decided)
+            if config.vote == 0 and config.use_priority and (decided >= 0).all():
+                break
     if config.vote > 0:
         confirmed, decided = _vote(scores, model, config)
     return Detection(starts, scores, confirmed, decided)
