@@ -107,3 +107,25 @@ def test_files_that_do_not_fit_together_are_one_clear_line(
     write(mixed, 2, train=x, test=x, test_label=label, test_time=np.arange(20))
     with pytest.raises(GroupFileError, match="some servers have timestamps"):
         load_group(mixed)
+
+
+def test_holdout_cli_scores_only_the_named_servers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    group = asd_copy(tmp_path, train_rows=1500, test_rows=1000)
+    args = ["minder", "eval", str(group), "--holdout", "omi-5,omi-6", "--epochs", "1"]
+    assert main([*args, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["held_out_servers"] == ["omi-5", "omi-6"]
+    assert out["development_servers"] == ["omi-1", "omi-2", "omi-3", "omi-4"]
+    for name in ("minder", "minder_peer", "baseline"):
+        held = out[name]["held_out"]
+        assert {
+            "window_f1",
+            "point_f1",
+            "segments_detected",
+            "false_alarms_per_machine_day",
+        } <= set(held)
+    assert main(["minder", "eval", str(group), "--holdout", "omi-9", "--epochs", "1"]) == 2
+    assert "unknown: omi-9" in capsys.readouterr().err
