@@ -78,11 +78,13 @@ class LstmVae(nn.Module):
 
 
 def training_windows(x_MTI: NDArray[np.floating], cfg: TrainConfig) -> NDArray[np.float32]:
-    """(B, L, I) windows of every machine's series, subsampled to ``max_windows``."""
+    """(B, L, I) windows of every machine's series, subsampled to ``max_windows``; a
+    window with a missing point (NaN: a late joiner, a gap) is left out."""
     _, t, i = x_MTI.shape
     starts = np.arange(0, t - cfg.window + 1, cfg.stride)
     idx = starts[:, None] + np.arange(cfg.window)
     w = np.asarray(x_MTI, dtype=np.float32)[:, idx].reshape(-1, cfg.window, i)
+    w = w[~np.isnan(w).any(axis=(1, 2))]
     if w.shape[0] > cfg.max_windows:
         rng = np.random.default_rng(cfg.seed)
         w = w[rng.choice(w.shape[0], cfg.max_windows, replace=False)]
@@ -122,24 +124,11 @@ def train_model(
     return MinderModel(metrics=metrics, denoisers=denoisers)
 
 
-def load_group(directory: Path) -> Any:
-    """The ``omi-*.npz`` files of a directory (in server order) as one study group."""
-    from rankwatch.streams.minder.study import group_from_arrays
-
-    files = sorted(directory.glob("omi-*.npz"), key=lambda p: (len(p.name), p.name))
-    if not files:
-        raise FileNotFoundError(f"no omi-*.npz in {directory}")
-    parts = []
-    for f in files:
-        with np.load(f, allow_pickle=False) as z:
-            parts.append((z["train"], z["test"], z["test_label"]))
-    return group_from_arrays(parts), [f.stem for f in files]
-
-
 def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> dict[str, Any]:
     """Train on every server's train split, then the leave-one-server-out study."""
     from rankwatch.streams.minder.detector import MinderConfig
     from rankwatch.streams.minder.study import study
+    from rankwatch.streams.minder_files import load_group
 
     group, names = load_group(directory)
     config = detector or MinderConfig(window=train.window, stride=max(train.window // 2, 1))
@@ -149,5 +138,32 @@ def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> d
     }
     out = study(group, models, config)
     out["servers"] = names
+    out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
+    return out
+
+
+def holdout_dir(
+    directory: Path, held_out: list[str], train: TrainConfig, minutes_per_point: float
+) -> dict[str, Any]:
+    """Train on every server's train split, pick settings on the servers not in
+    ``held_out`` and score the held-out ones (``rankwatch.streams.minder.holdout``)."""
+    from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.holdout import holdout_study
+    from rankwatch.streams.minder_files import GroupFileError, load_group
+
+    group, names = load_group(directory)
+    unknown = sorted(set(held_out) - set(names))
+    if unknown or len(set(held_out)) >= len(names) or not held_out:
+        raise GroupFileError(
+            f"--holdout must name some but not all of {', '.join(names)}"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    held = [names.index(n) for n in held_out]
+    dev = [i for i in range(len(names)) if i not in held]
+    config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
+    model = train_model(group.train_MTK, group.metrics, train)
+    out = holdout_study(group, model, config, dev, held, 24 * 60 / minutes_per_point)
+    out["development_servers"] = [names[i] for i in dev]
+    out["held_out_servers"] = list(held_out)
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
     return out

@@ -39,6 +39,15 @@ def register(subparsers: Any) -> None:
     evaluate = sub.add_parser("eval", help="train and score Minder against the baseline")
     evaluate.add_argument("dir", type=Path, metavar="DIR")
     evaluate.add_argument("--format", choices=("text", "json"), default="text")
+    evaluate.add_argument(
+        "--holdout",
+        default="",
+        metavar="SERVER,...",
+        help="score only these servers, with every setting chosen on the others' labels",
+    )
+    evaluate.add_argument(
+        "--minutes-per-point", type=float, default=5.0, help="sampling step (ASD: 5 minutes)"
+    )
     detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
     detect.add_argument("dir", type=Path, metavar="DIR")
     detect.add_argument("--model", type=Path, required=True, metavar="MODEL.npz")
@@ -88,10 +97,10 @@ def _train(args: argparse.Namespace) -> int:
     from rankwatch.streams.minder.priority import max_z_features, rank_metrics
     from rankwatch.streams.minder.serial import model_to_arrays
     from rankwatch.streams.minder.similarity import window_starts
-    from rankwatch.streams.minder_train import load_group, train_model
+    from rankwatch.streams.minder_train import train_model
 
     cfg = _train_config(args)
-    group, names = load_group(args.dir)
+    group, names = _load(args.dir)
     model = train_model(group.train_MTK, group.metrics, cfg)
     config = MinderConfig(window=cfg.window, stride=cfg.window // 2)
     scores = metric_scores(group.train_MTK, model, config)
@@ -108,12 +117,30 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load(directory: Path) -> Any:
+    from rankwatch.errors import UserError
+    from rankwatch.streams.minder_files import GroupFileError, load_group
+
+    try:
+        return load_group(directory)
+    except GroupFileError as exc:
+        raise UserError(str(exc)) from exc
+
+
 def _eval(args: argparse.Namespace) -> int:
     import orjson
 
+    from rankwatch.errors import UserError
+    from rankwatch.streams.minder_files import GroupFileError
     from rankwatch.streams.minder_train import evaluate_dir
 
-    out = evaluate_dir(args.dir, _train_config(args))
+    cfg = _train_config(args)
+    if args.holdout:
+        return _holdout(args, cfg)
+    try:
+        out = evaluate_dir(args.dir, cfg)
+    except GroupFileError as exc:
+        raise UserError(str(exc)) from exc
     if args.format == "json":
         print(orjson.dumps(out).decode())
         return 0
@@ -126,6 +153,33 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _holdout(args: argparse.Namespace, cfg: Any) -> int:
+    import orjson
+
+    from rankwatch.errors import UserError
+    from rankwatch.streams.minder_files import GroupFileError
+    from rankwatch.streams.minder_train import holdout_dir
+
+    held = [s.strip() for s in args.holdout.split(",") if s.strip()]
+    try:
+        out = holdout_dir(args.dir, held, cfg, args.minutes_per_point)
+    except GroupFileError as exc:
+        raise UserError(str(exc)) from exc
+    if args.format == "json":
+        print(orjson.dumps(out).decode())
+        return 0
+    print(f"held out: {', '.join(out['held_out_servers'])} (settings chosen on the others)")
+    for name in ("minder", "minder_peer", "baseline"):
+        r = out[name]["held_out"]
+        print(
+            f"{name:12s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "
+            f"segments {r['segments_detected']}/{r['segments']}  "
+            f"detect median {r['detect_minutes_median']} min  "
+            f"false alarms/machine-day {r['false_alarms_per_machine_day']}"
+        )
+    return 0
+
+
 def _detect(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
@@ -134,13 +188,12 @@ def _detect(args: argparse.Namespace) -> int:
     from rankwatch.errors import UserError
     from rankwatch.streams.minder import MinderConfig, detect
     from rankwatch.streams.minder.serial import model_from_arrays
-    from rankwatch.streams.minder_train import load_group
 
     try:
         model = model_from_arrays(dict(np.load(args.model, allow_pickle=False)))
     except (OSError, KeyError, ValueError) as exc:
         raise UserError(f"cannot read model {args.model}: {exc}") from exc
-    group, names = load_group(args.dir)
+    group, names = _load(args.dir)
     window = next(iter(model.denoisers.values())).window if model.denoisers else 8
     config = replace(MinderConfig(window=window, stride=window // 2), continuity=args.continuity)
     det = detect(group.test_MTK, model, config)

@@ -1,13 +1,13 @@
-"""Minder, the faulty-machine detector: a pure numpy library.
-
-The method: docs/detection.md, "2. Faulty machines (Minder)".
+"""Minder, the faulty-machine detector (``docs/minder.md``): a pure numpy library.
 
 No I/O, no clock, no torch: the stream worker and the CLI feed it arrays and read
 arrays back. Modules: ``grid`` (alignment, gap filling, normalisation), ``vae``
 (LSTM-VAE forward pass from exported weights), ``similarity``, ``continuity``,
-``priority`` (metric order from labelled windows), ``detector`` (the four together),
-``baseline`` (Mahalanobis), ``evaluation`` (precision, recall, F1, delay),
-``episodes`` (one alert per faulty-machine episode).
+``peers`` (peer scoring), ``priority`` (metric order from labelled windows),
+``detector`` (the four together), ``series`` (servers' splits on one timeline),
+``baseline`` (Mahalanobis), ``evaluation`` (window, point and event scores),
+``study`` and ``holdout`` (the two evaluation protocols), ``online`` (the live
+monitor: one alert per faulty-machine episode).
 """
 
 from rankwatch.streams.minder.detector import (

@@ -26,14 +26,20 @@ class Reference:
 
 
 def window_means(x_MTK: NDArray[np.floating], starts: NDArray[np.int64], window: int) -> F64:
-    """(N, M, K): each machine's per-metric mean over each window."""
-    c = np.concatenate(
-        [np.zeros((x_MTK.shape[0], 1, x_MTK.shape[2])), np.cumsum(x_MTK, axis=1)], axis=1
-    )
-    return np.asarray((c[:, starts + window] - c[:, starts]) / window).transpose(1, 0, 2)
+    """(N, M, K): each machine's per-metric mean over each window; NaN where the machine
+    misses a point of the window (it is not scored there)."""
+    x = np.asarray(x_MTK, dtype=np.float64)
+    zeros = np.zeros((x.shape[0], 1, x.shape[2]))
+    c = np.concatenate([zeros, np.cumsum(np.nan_to_num(x, nan=0.0), axis=1)], axis=1)
+    gaps = np.concatenate([zeros, np.cumsum(np.isnan(x), axis=1)], axis=1)
+    means = (c[:, starts + window] - c[:, starts]) / window
+    means[(gaps[:, starts + window] - gaps[:, starts]) > 0] = np.nan
+    return np.asarray(means).transpose(1, 0, 2)
 
 
 def fit_reference(samples_SK: F64, shrinkage: float = 0.1) -> Reference:
+    """Mean and shrunk precision of the reference rows (rows with a NaN are left out)."""
+    samples_SK = samples_SK[~np.isnan(samples_SK).any(axis=1)]
     mean = samples_SK.mean(axis=0)
     cov = np.atleast_2d(np.cov(samples_SK, rowvar=False))
     target = np.diag(np.diag(cov)) + 1e-9 * np.eye(cov.shape[0])

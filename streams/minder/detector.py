@@ -1,11 +1,18 @@
 """Minder: similarity + continuity + denoising + metric priority, in one detection call.
 
-Input: one job's metrics on a common grid, normalised to [0, 1] (``grid``), x_MTK.
+Input: one job's metrics on a common grid, normalised to [0, 1] (``grid``), x_MTK;
+NaN where a machine has no sample (it is then not compared in that window).
 Per metric in priority order: denoise each machine's series with the metric's VAE,
 cut it into windows, score each machine per window (``similarity``), mark
 candidates above the metric's threshold, keep those that last (``continuity``). At
 each window the first metric (in priority order) that confirms a machine names it;
 later metrics are computed only while some window is still undecided.
+
+Two choices change that (``MinderConfig``, ``docs/minder.md``): ``scoring="peer"``
+scores each machine by its distance from the median machine in units learnt from
+normal data (``peers``) instead of the per-window standardised pairwise distances;
+``vote=v`` makes a machine a candidate only when v of the most telling metrics agree,
+instead of letting the first metric that confirms decide alone.
 
 Legend: M machines, T grid points, K metrics, N windows.
 """
@@ -13,12 +20,15 @@ Legend: M machines, T grid points, K metrics, N windows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from rankwatch.streams.minder.continuity import confirm
+from rankwatch.streams.minder.peers import fit_peer_scale, peer_scores
 from rankwatch.streams.minder.similarity import window_scores, window_starts
 from rankwatch.streams.minder.vae import VaeWeights, denoise_joint, denoise_series
 
@@ -40,6 +50,19 @@ class MinderConfig:
     """False: distances on the raw normalised windows (ablation "no denoising")."""
     use_priority: bool = True
     """False: report every metric's confirmed machines (no early stop)."""
+    scoring: str = "pairwise"
+    """"pairwise": the paper's mean distance to every other machine, standardised per
+    window (``similarity``); "peer": distance from the median machine in units learnt
+    per metric from normal data (``peers``, needs ``MinderModel.peer_scale``)."""
+    vote: int = 0
+    """0: metrics in priority order, the first that confirms a machine decides. v >= 1:
+    a machine is a candidate in a window when at least v of the ``vote_metrics`` first
+    metrics in priority order exceed their thresholds there (``docs/minder.md``)."""
+    vote_metrics: int = 0
+    """How many metrics, in priority order, take part in the vote (0: all)."""
+    workers: int = 1
+    """Metrics scored at once, on that many threads (numpy releases the GIL in the
+    LSTM's and the distances' array work); the result does not depend on it."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +76,9 @@ class MinderModel:
     thresholds: Mapping[str, float] = field(default_factory=dict)
     joint: VaeWeights | None = None
     """Set only for the ablation "one joint model" (replaces the per-metric models)."""
+    peer_scale: Mapping[str, float] = field(default_factory=dict)
+    """Per metric, how far healthy machines usually lie from the median machine
+    (``peers.fit_peer_scale`` on normal data); used by ``scoring="peer"``."""
 
     def order(self) -> list[int]:
         names = self.priority or self.metrics
@@ -91,8 +117,26 @@ def metric_scores(x_MTK: NDArray[np.floating], model: MinderModel, config: Minde
     out = np.empty((x_MTK.shape[2], starts.size, x_MTK.shape[0]))
     for k in range(x_MTK.shape[2]):
         series = joint[:, :, k] if joint is not None else denoised(x_MTK, model, config, k)
-        out[k] = window_scores(series, starts, config.window, config.floor)
+        out[k] = _scores(series, starts, model, config, k)
     return out
+
+
+def _scores(
+    series_MT: NDArray, starts: NDArray[np.int64], model: MinderModel, config: MinderConfig, k: int
+) -> F64:
+    if config.scoring == "peer":
+        scale = model.peer_scale.get(model.metrics[k], config.floor)
+        return peer_scores(series_MT, starts, config.window, scale)
+    if config.scoring != "pairwise":
+        raise ValueError(f"unknown scoring {config.scoring!r}")
+    return window_scores(series_MT, starts, config.window, config.floor)
+
+
+def fit_peer_scales(
+    train_MTK: NDArray[np.floating], metrics: Sequence[str], floor: float
+) -> dict[str, float]:
+    """Per metric, the unit of peer scoring, from normal data (``peers``)."""
+    return {name: fit_peer_scale(train_MTK[:, :, k], floor) for k, name in enumerate(metrics)}
 
 
 def _joint(x_MTK: NDArray[np.floating], model: MinderModel, config: MinderConfig) -> NDArray | None:
@@ -114,13 +158,52 @@ def detect(
     confirmed = np.zeros((n, m), dtype=bool)
     decided = np.full(n, -1, dtype=np.int64)
     joint = _joint(x_MTK, model, config)
-    for k in model.order():
-        if config.use_priority and (decided >= 0).all():
-            break
+
+    def score_metric(k: int) -> F64:
         series = joint[:, :, k] if joint is not None else denoised(x_MTK, model, config, k)
-        scores[k] = window_scores(series, starts, config.window, config.floor)
-        _decide_metric(scores[k], k, model, config, confirmed, decided)
+        return _scores(series, starts, model, config, k)
+
+    order = _metrics_to_score(model, config)
+    batch = max(config.workers, 1)
+    with ThreadPoolExecutor(batch) if batch > 1 else nullcontext() as pool:
+        for i in range(0, len(order), batch):
+            ks = order[i : i + batch]
+            done = pool.map(score_metric, ks) if pool is not None else map(score_metric, ks)
+            for k, scored in zip(ks, done, strict=True):
+                if config.vote == 0 and config.use_priority and (decided >= 0).all():
+                    break  # decided before k: k is not reported (as if never computed)
+                scores[k] = scored
+                if config.vote == 0:
+                    _decide_metric(scores[k], k, model, config, confirmed, decided)
+            if config.vote == 0 and config.use_priority and (decided >= 0).all():
+                break
+    if config.vote > 0:
+        confirmed, decided = _vote(scores, model, config)
     return Detection(starts, scores, confirmed, decided)
+
+
+def _metrics_to_score(model: MinderModel, config: MinderConfig) -> list[int]:
+    order = model.order()
+    return order[: config.vote_metrics] if config.vote > 0 and config.vote_metrics else order
+
+
+def _vote(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[NDArray, NDArray]:
+    """Candidates: machines over threshold in at least ``vote`` of the voting metrics;
+    reported once candidates for ``continuity`` windows. The metric named for a window
+    is the one its reported machines exceed most (score / threshold)."""
+    ks = _metrics_to_score(model, config)
+    n, m = scores_KNM.shape[1:]
+    if not ks:
+        return np.zeros((n, m), dtype=bool), np.full(n, -1, dtype=np.int64)
+    thr = np.array([model.thresholds.get(model.metrics[k], config.threshold) for k in ks])
+    scores = np.nan_to_num(scores_KNM[ks], nan=-np.inf)
+    hits = scores > thr[:, None, None]
+    confirmed = confirm(hits.sum(axis=0) >= config.vote, config.continuity)
+    ratio = scores / np.maximum(thr, 1e-9)[:, None, None]
+    strongest = np.where(confirmed[None], ratio, -np.inf).reshape(len(ks), n * m)
+    best = np.asarray(ks)[strongest.argmax(axis=0).reshape(n, m)]
+    named = np.where(confirmed.any(axis=1), best[np.arange(n), confirmed.argmax(axis=1)], -1)
+    return confirmed, named.astype(np.int64)
 
 
 def _decide_metric(
@@ -142,6 +225,9 @@ def _decide_metric(
 def decide(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[NDArray, NDArray]:
     """What :func:`detect` reports, from scores already computed for every metric
     (:func:`metric_scores`): (confirmed_NM, metric_N). Cheap, for studies."""
+    if config.vote > 0:
+        confirmed_NM, named_N = _vote(scores_KNM, model, config)
+        return confirmed_NM, named_N
     _, n, m = scores_KNM.shape
     confirmed = np.zeros((n, m), dtype=bool)
     decided = np.full(n, -1, dtype=np.int64)
@@ -153,10 +239,22 @@ def decide(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[N
 
 
 def calibrate_thresholds(
-    scores_KNM: F64, metrics: Sequence[str], quantile: float, minimum: float = 0.0
+    scores_KNM: F64,
+    metrics: Sequence[str],
+    quantile: float,
+    minimum: float = 0.0,
+    default: float = MinderConfig.threshold,
+    per_machine: bool = False,
 ) -> dict[str, float]:
-    """Per metric, the given quantile of the top machine's score over normal windows."""
-    top = np.nanmax(scores_KNM, axis=2)
-    return {
-        name: max(float(np.quantile(top[k], quantile)), minimum) for k, name in enumerate(metrics)
-    }
+    """Per metric, the given quantile of the top machine's score over normal windows, or
+    with ``per_machine`` of every machine's score (a level that does not grow with the
+    number of machines; the peer scoring's). Unscored points are left out; a metric with
+    none gets ``default``."""
+    top_KN = np.where(np.isnan(scores_KNM), -np.inf, scores_KNM)
+    top_KN = top_KN.reshape(top_KN.shape[0], -1) if per_machine else top_KN.max(axis=2)
+    out = {}
+    for k, name in enumerate(metrics):
+        scored = top_KN[k][np.isfinite(top_KN[k])]
+        level = float(np.quantile(scored, quantile)) if scored.size else default
+        out[name] = max(level, minimum)
+    return out

@@ -8,6 +8,10 @@ first point to the end of the first reporting window that overlaps it (0 when a
 window reports it as soon as it starts); segments never reported count as misses in
 ``segment_recall`` and are left out of the mean delay.
 
+Where a server has no sample (``present_MT`` false: it joined late, left, or had a
+gap) the detector cannot see it, so the (server, window) units that are not fully
+present are not scored either way.
+
 Legend: M machines (servers), T points, N windows.
 """
 
@@ -25,6 +29,14 @@ def window_labels(label_MT: NDArray[np.integer], starts: NDArray[np.int64], wind
     """(N, M): whether each server has a labelled point in each window."""
     c = np.concatenate([np.zeros((label_MT.shape[0], 1)), np.cumsum(label_MT > 0, axis=1)], axis=1)
     return np.asarray((c[:, starts + window] - c[:, starts]) > 0).T
+
+
+def window_present(present_MT: NDArray[np.bool_], starts: NDArray[np.int64], window: int) -> Bool:
+    """(N, M): whether each server has every point of each window."""
+    gaps = np.concatenate(
+        [np.zeros((present_MT.shape[0], 1)), np.cumsum(~present_MT, axis=1)], axis=1
+    )
+    return np.asarray((gaps[:, starts + window] - gaps[:, starts]) == 0).T
 
 
 def segments(label_T: NDArray[np.integer]) -> list[tuple[int, int]]:
@@ -91,11 +103,16 @@ def score(
     starts: NDArray[np.int64],
     window: int,
     servers: NDArray[np.int64] | None = None,
+    present_MT: NDArray[np.bool_] | None = None,
 ) -> Scores:
-    """Score predictions of all servers, or only of the ``servers`` given (held out)."""
+    """Score predictions of all servers, or only of the ``servers`` given (held out);
+    with ``present_MT``, only the units a server fully covers."""
     truth = window_labels(label_MT, starts, window)
     cols = np.arange(label_MT.shape[0]) if servers is None else servers
     p, t = pred_NM[:, cols], truth[:, cols]
+    if present_MT is not None:
+        seen = window_present(present_MT, starts, window)[:, cols]
+        p, t = p & seen, t & seen
     tp, fp, fn = int((p & t).sum()), int((p & ~t).sum()), int((~p & t).sum())
     prec = tp / (tp + fp) if tp + fp else 0.0
     rec = tp / (tp + fn) if tp + fn else 0.0
@@ -103,3 +120,74 @@ def score(
     found, total = delays(p, label_MT[cols], starts, window)
     delay = float(np.mean(found)) if found else None
     return Scores(prec, rec, f1, delay, tp, fp, fn, total, len(found))
+
+
+def alarm_episodes(pred_N: Bool) -> list[tuple[int, int]]:
+    """Inclusive (first, last) window index of each run of consecutive reported windows:
+    one alarm, as an operator would see it."""
+    return segments(np.asarray(pred_N, dtype=np.uint8))
+
+
+@dataclass(frozen=True)
+class EventScores:
+    """What an operator sees: labelled segments found and how fast, alarms that matched
+    nothing, and the point-level precision/recall/F1 beside them."""
+
+    segments: int
+    detected: int
+    delays_points: tuple[int, ...]
+    """Per detected segment, points from its first point to the end of the first window
+    that reported it."""
+    false_alarms: int
+    """Alarm episodes whose windows hold no labelled point of that server."""
+    machine_days: float
+    point_precision: float
+    point_recall: float
+    point_f1: float
+
+    def to_json(self, minutes_per_point: float) -> dict[str, float | int | None]:
+        d = np.array(self.delays_points, dtype=np.float64) * minutes_per_point
+        return {
+            "segments": self.segments,
+            "segments_detected": self.detected,
+            "detect_minutes_median": round(float(np.median(d)), 1) if d.size else None,
+            "detect_minutes_mean": round(float(d.mean()), 1) if d.size else None,
+            "false_alarms": self.false_alarms,
+            "machine_days": round(self.machine_days, 2),
+            "false_alarms_per_machine_day": round(self.false_alarms / self.machine_days, 3)
+            if self.machine_days
+            else None,
+            "point_precision": round(self.point_precision, 4),
+            "point_recall": round(self.point_recall, 4),
+            "point_f1": round(self.point_f1, 4),
+        }
+
+
+def event_scores(
+    pred_NM: Bool,
+    label_MT: NDArray[np.integer],
+    starts: NDArray[np.int64],
+    window: int,
+    servers: NDArray[np.int64],
+    present_MT: NDArray[np.bool_],
+    points_per_day: float,
+) -> EventScores:
+    """Event-level and point-level scores of the given servers only."""
+    found, total = delays(pred_NM[:, servers], label_MT[servers], starts, window)
+    false_alarms = 0
+    point_pred = np.zeros((servers.size, label_MT.shape[1]), dtype=bool)
+    for i, m in enumerate(servers):
+        for first, last in alarm_episodes(pred_NM[:, m]):
+            lo, hi = int(starts[first]), int(starts[last]) + window
+            false_alarms += not label_MT[m, lo:hi].any()
+        for n in np.flatnonzero(pred_NM[:, m]):
+            point_pred[i, starts[n] : starts[n] + window] = True
+    seen = present_MT[servers]
+    truth = (label_MT[servers] > 0) & seen
+    point_pred &= seen
+    tp = int((point_pred & truth).sum())
+    prec = tp / int(point_pred.sum()) if point_pred.any() else 0.0
+    rec = tp / int(truth.sum()) if truth.any() else 0.0
+    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
+    days = float(seen.sum()) / points_per_day
+    return EventScores(total, len(found), tuple(found), false_alarms, days, prec, rec, f1)

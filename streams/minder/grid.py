@@ -1,9 +1,13 @@
 """Alignment of per-machine samples to one time grid, gap filling, min-max normalisation.
 
-Machines sample on their own clocks and sometimes miss a second; Minder compares
-machines point by point, so every machine's series is first put on a common grid.
-A grid point takes the last sample at or before it (a gap repeats the last value);
-points before a machine's first sample take its first sample, so nothing is NaN.
+Machines sample on their own clocks, miss a sample now and then, join late and leave
+early; Minder compares machines point by point, so every machine's series is first put
+on a common grid of timestamps (never matched by row number). :func:`align_on_times`
+gives a grid point the machine's last sample at or before it, if that sample is
+recent enough (``max_age``); otherwise the point is missing (NaN): before the
+machine's first sample, after it fell silent, inside a long gap. Missing points are
+never invented; the detector leaves a machine out of every window it does not cover
+(``docs/minder.md``, "Unequal and gappy series").
 
 Legend: M machines, T grid points, K metrics, S samples of one machine.
 """
@@ -34,6 +38,28 @@ def align_to_grid(
             continue
         idx = np.searchsorted(t, grid, side="right") - 1
         out[m] = v[np.clip(idx, 0, None)]
+    return out
+
+
+def align_on_times(
+    times: Sequence[NDArray[np.int64]],
+    values: Sequence[F64],
+    grid: NDArray[np.int64],
+    max_age: int,
+) -> F64:
+    """Per machine ``times[m]`` (S, sorted) and ``values[m]`` (S, K) onto ``grid`` (T):
+    the last sample at or before each point, NaN where it is older than ``max_age`` or
+    there is none. Returns x_MTK."""
+    if len(times) != len(values):
+        raise ValueError("times and values must have one entry per machine")
+    k = values[0].shape[1] if values else 0
+    out = np.full((len(times), grid.size, k), np.nan)
+    for m, (t, v) in enumerate(zip(times, values, strict=True)):
+        if t.size == 0:
+            continue
+        idx = np.searchsorted(t, grid, side="right") - 1
+        fresh = (idx >= 0) & (grid - t[np.clip(idx, 0, None)] <= max_age)
+        out[m, fresh] = v[idx[fresh]]
     return out
 
 

@@ -7,30 +7,37 @@ Every ``stride_s`` seconds of stream time (once the job's newest sample is ``lag
 past the window's end, so late samples still count and a backlog replays exactly as
 it ran; a job whose hosts all fall silent is no longer evaluated: silence is the hang
 detector's business) the last ``window_s`` seconds of every host are put on a
-1-second grid (last sample carried forward), normalised per metric to [0, high] and
-scored per metric. ``high`` is the largest value of the machines' median over the
-window (at least the metric's idle level): a scale the typical machine sets, so that
-one machine's burst (a starved rank catching up) cannot squash the others into a
-corner of [0, 1].
+1-second grid by timestamp (the last sample at or before each point, if at most
+``max_gap_s`` old), normalised per metric to [0, high] and scored per metric. Only
+the hosts with a sample for every point are compared: a host that joined during the
+window, fell silent or has a longer gap sits the window out (nothing is invented for
+it), its continuity counts kept as they were.
+
+``high`` is the largest value of the machines' median over the window (at least the
+metric's idle level): a scale the typical machine sets, so that one machine's burst (a
+starved rank catching up) cannot squash the others into a corner of [0, 1].
 
 Continuity is counted across evaluations per (metric, host); the first metric in
 priority order that confirms a host names it. A host's episode opens with one firing
 alert and closes with one resolved alert after ``resolve_after`` evaluations without
-confirmation.
+confirmation (a host that stopped reporting is not confirmed either; its resolved
+alert says so). See ``docs/minder.md``.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from rankwatch.streams.minder.detector import MinderConfig, MinderModel, metric_scores
-from rankwatch.streams.minder.grid import align_to_grid, fill_gaps
+from rankwatch.streams.minder.grid import align_on_times
 
 NS = 1_000_000_000
 # Below these levels a metric counts as idle: its bound never drops under them, so
@@ -41,6 +48,15 @@ IDLE_LEVELS = (
     (re.compile(r"_ps$|_pps$"), 10.0),  # events per second
     (re.compile(r"bytes$"), 1e6),
 )
+
+
+def covers(times: NDArray[np.int64], grid: NDArray[np.int64], max_age: int) -> bool:
+    """Whether a host's samples (sorted) give every grid point one at most ``max_age``
+    old."""
+    idx = np.searchsorted(times, grid, side="right") - 1
+    if times.size == 0 or idx[0] < 0:
+        return False
+    return bool((grid - times[idx] <= max_age).all())
 
 
 def idle_level(name: str) -> float:
@@ -58,6 +74,9 @@ class OnlineConfig:
     min_machines: int = 4
     """Fewer hosts than this: nothing to compare, no evaluation."""
     resolve_after: int = 3
+    max_gap_s: int = 5
+    """A host's sample stands for the grid points up to this long after it; a point
+    with no sample that recent is missing and the host sits the window out."""
 
 
 @dataclass
@@ -118,25 +137,30 @@ class JobMonitor:
                 del self.samples[host]  # silent for a whole window: not compared
 
     def _window(self, end_ns: int) -> tuple[list[str], list[str], np.ndarray] | None:
+        """The hosts that cover the window, the metrics they share, and their
+        normalised x_MTK (NaN where a host's sample lacks a metric)."""
         start = end_ns - self.config.window_s * NS
-        hosts = sorted(h for h, q in self.samples.items() if any(start < t <= end_ns for t, _ in q))
+        grid = start + NS * np.arange(1, self.config.window_s + 1, dtype=np.int64)
+        max_age = self.config.max_gap_s * NS
+        hosts, times, rows = [], [], []
+        for h in sorted(self.samples):
+            r = [(t, m) for t, m in self.samples[h] if t <= end_ns]
+            t = np.array([t for t, _ in r], dtype=np.int64)
+            if covers(t, grid, max_age):
+                hosts.append(h)
+                times.append(t)
+                rows.append([m for _, m in r])
         if len(hosts) < self.config.min_machines:
             return None
-        names: set[str] | None = None
-        for h in hosts:
-            last = next((m for t, m in reversed(self.samples[h]) if t <= end_ns), {})
-            names = set(last) if names is None else names & set(last)
-        metrics = sorted(names or ())
+        shared = set.intersection(*(set(r[-1]) for r in rows))
+        metrics = sorted(shared)
         if not metrics:
             return None
-        grid = start + NS * np.arange(1, self.config.window_s + 1, dtype=np.int64)
-        times, values = [], []
-        for h in hosts:
-            rows = [(t, m) for t, m in self.samples[h] if t <= end_ns]
-            times.append(np.array([t for t, _ in rows], dtype=np.int64))
-            values.append(np.array([[m.get(k, np.nan) for k in metrics] for _, m in rows]))
-        x = fill_gaps(align_to_grid(times, values, grid))
-        typical = np.median(x, axis=0).max(axis=0)  # (K,)
+        values = [np.array([[m.get(k, np.nan) for k in metrics] for m in r]) for r in rows]
+        x = align_on_times(times, values, grid, max_age)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a metric missing everywhere
+            typical = np.nan_to_num(np.nanmax(np.nanmedian(x, axis=0), axis=0))  # (K,)
         high = np.maximum(typical, [idle_level(k) for k in metrics])
         return hosts, metrics, np.clip(x / high, 0.0, 1.0)
 
@@ -167,6 +191,8 @@ class JobMonitor:
             metric = metrics[k]
             threshold = model.thresholds.get(metric, cfg.threshold)
             for m, host in enumerate(hosts):
+                if np.isnan(scores[k, m]):
+                    continue  # not compared in this metric: its count stays
                 hit = bool(scores[k, m] > threshold)
                 run = self.runs.get((metric, host), 0) + 1 if hit else 0
                 self.runs[(metric, host)] = run
@@ -183,10 +209,14 @@ class JobMonitor:
                         "candidate": int(hit),
                     },
                 )
-        self._episodes(named, end_ns, out)
+        self._episodes(named, set(hosts), end_ns, out)
 
     def _episodes(
-        self, named: dict[str, tuple[str, float]], end_ns: int, out: MonitorOutput
+        self,
+        named: dict[str, tuple[str, float]],
+        compared: set[str],
+        end_ns: int,
+        out: MonitorOutput,
     ) -> None:
         cfg = self.config
         for host, (metric, score) in named.items():
@@ -208,7 +238,7 @@ class JobMonitor:
             if ep.misses >= cfg.resolve_after:
                 del self.episodes[host]
                 out.add("machine_faults", self._fault_row(ep, end_ns, end_ns))
-                out.alerts.append(self._alert(ep, end_ns, firing=False))
+                out.alerts.append(self._alert(ep, end_ns, firing=False, gone=host not in compared))
 
     def _fault_row(self, ep: Episode, now_ns: int, resolved_ns: int | None) -> dict[str, Any]:
         return {
@@ -223,7 +253,7 @@ class JobMonitor:
             "version": now_ns,
         }
 
-    def _alert(self, ep: Episode, now_ns: int, firing: bool) -> dict[str, Any]:
+    def _alert(self, ep: Episode, now_ns: int, firing: bool, gone: bool = False) -> dict[str, Any]:
         summary = (
             f"machine {ep.host} of job {self.job} drifts from the others in {ep.metric} "
             f"(score {ep.score:.1f}) since {self.config.continuity} windows"
@@ -237,7 +267,9 @@ class JobMonitor:
             "state": "firing" if firing else "resolved",
             "severity": "critical" if firing else "info",
             "ts_ns": now_ns,
-            "summary": summary if firing else f"resolved: {summary}",
+            "summary": summary
+            if firing
+            else f"resolved{' (the machine stopped reporting)' if gone else ''}: {summary}",
             "evidence": {
                 "host": ep.host,
                 "metric": ep.metric,

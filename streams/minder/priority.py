@@ -24,9 +24,15 @@ F64 = NDArray[np.float64]
 def max_z_features(
     x_MTK: NDArray[np.floating], starts: NDArray[np.int64], window: int, eps: float = 1e-3
 ) -> F64:
-    """(N, K): per window and metric, the largest |Z| of a machine against all machines."""
+    """(N, K): per window and metric, the largest |Z| of a machine against all machines
+    (at each point, among the machines with a sample there; 0 where none stands out)."""
     x = np.asarray(x_MTK, dtype=np.float64)
-    z = np.abs(x - x.mean(axis=0)) / (x.std(axis=0) + eps)
+    have = ~np.isnan(x)
+    count = have.sum(axis=0)
+    safe = np.maximum(count, 1)
+    mean = np.where(have, x, 0.0).sum(axis=0) / safe
+    var = np.where(have, (x - mean) ** 2, 0.0).sum(axis=0) / safe
+    z = np.where(have, np.abs(x - mean), 0.0) / (np.sqrt(var) + eps)
     zmax_TK = z.max(axis=0)
     out = np.empty((starts.size, x.shape[2]))
     for n, s in enumerate(starts):

@@ -20,6 +20,8 @@ def model_to_arrays(model: MinderModel) -> dict[str, NDArray]:
         "priority": np.array(model.priority, dtype=str),
         "threshold_names": np.array(list(model.thresholds), dtype=str),
         "threshold_values": np.array(list(model.thresholds.values()), dtype=np.float64),
+        "peer_scale_names": np.array(list(model.peer_scale), dtype=str),
+        "peer_scale_values": np.array(list(model.peer_scale.values()), dtype=np.float64),
     }
     for i, name in enumerate(model.metrics):
         if name in model.denoisers:
@@ -41,10 +43,17 @@ def model_from_arrays(arrays: Mapping[str, NDArray]) -> MinderModel:
         str(n): float(v)
         for n, v in zip(arrays["threshold_names"], arrays["threshold_values"], strict=True)
     }
+    peer_scale = {
+        str(n): float(v)
+        for n, v in zip(
+            arrays.get("peer_scale_names", ()), arrays.get("peer_scale_values", ()), strict=True
+        )
+    }
     return MinderModel(
         metrics=metrics,
         denoisers=denoisers,
         priority=tuple(str(p) for p in arrays["priority"]),
         thresholds=thresholds,
         joint=joint,
+        peer_scale=peer_scale,
     )

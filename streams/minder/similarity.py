@@ -15,6 +15,11 @@ keeps a job whose machines all agree closely from turning tiny differences into
 large scores: a machine must lie about ``threshold x floor`` farther than the median
 machine to be a candidate.
 
+Missing points (NaN: a machine that joined late, left, or has a gap) are never
+compared: in each window only the machines with every point present are scored
+against each other (the others get NaN), and a window with fewer than
+``MIN_MACHINES`` of them scores no one.
+
 Legend: M machines, T grid points, W window length, N windows.
 """
 
@@ -60,16 +65,80 @@ def normalised_scores(d_M: F64, floor: float) -> F64:
     return (d_M - med) / (1.4826 * mad + floor)
 
 
+MIN_MACHINES = 3
+"""Fewer machines than this in a window: no one to tell the odd one out from."""
+
+
+def covered(x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int) -> NDArray:
+    """(N, M): whether each machine has every point of each window."""
+    gaps = np.concatenate([np.zeros((x_MT.shape[0], 1)), np.cumsum(np.isnan(x_MT), axis=1)], axis=1)
+    return np.asarray((gaps[:, starts + window] - gaps[:, starts]) == 0).T
+
+
 def window_scores(
     x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
 ) -> F64:
-    """Scores (N, M) of one metric's series over the given windows."""
+    """Scores (N, M) of one metric's series over the given windows; NaN for a machine
+    not covering a window, and for everyone in a window with too few machines."""
     m = x_MT.shape[0]
+    if np.isnan(x_MT).any():
+        return _scores_of_covered(x_MT, starts, window, floor)
     if m * m * starts.size <= BATCH_ELEMENTS:
         return _batched_scores(x_MT, starts, window, floor)
+    ref = reference_peers(m)
     out = np.empty((starts.size, m))
     for n, s in enumerate(starts):
-        out[n] = normalised_scores(mean_distances(x_MT[:, s : s + window]), floor)
+        w = x_MT[:, s : s + window]
+        d = mean_distances(w) if ref is None else mean_distances_to(w, ref)
+        out[n] = normalised_scores(d, floor)
+    return out
+
+
+ALL_PEERS_UP_TO = 1024
+REFERENCE_PEERS = 128
+"""Above ``ALL_PEERS_UP_TO`` machines, each machine's mean distance to the others is
+estimated from its distances to ``REFERENCE_PEERS`` of them, spread evenly over the
+group (the machines' order carries no meaning): O(M x R) per window instead of
+O(M^2). With R = 128 the estimate's error is a few percent of the spread of the
+pairwise distances; a faulty machine is far from all of them at once."""
+
+
+def reference_peers(m: int) -> NDArray[np.int64] | None:
+    if m <= ALL_PEERS_UP_TO:
+        return None
+    return np.unique(np.linspace(0, m - 1, REFERENCE_PEERS).astype(np.int64))
+
+
+def mean_distances_to(w_MW: NDArray[np.floating], ref_R: NDArray[np.int64]) -> F64:
+    """Each machine's mean RMS distance to the reference machines (itself left out)."""
+    width = w_MW.shape[1]
+    w = np.asarray(w_MW - w_MW.mean(axis=0), dtype=np.float32)
+    sq = np.einsum("mw,mw->m", w, w)
+    d2 = w @ w[ref_R].T
+    d2 *= -2.0 / width
+    d2 += sq[:, None] / width
+    d2 += sq[ref_R][None, :] / width
+    np.maximum(d2, 0.0, out=d2)
+    np.sqrt(d2, out=d2)
+    d2[ref_R, np.arange(ref_R.size)] = 0.0
+    count = np.full(w.shape[0], float(ref_R.size))
+    count[ref_R] -= 1.0
+    return np.asarray(d2.sum(axis=1, dtype=np.float64) / count)
+
+
+def _scores_of_covered(
+    x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
+) -> F64:
+    """Window by window, among the machines that cover it (the slow path: gaps)."""
+    ok_NM = covered(x_MT, starts, window)
+    out = np.full((starts.size, x_MT.shape[0]), np.nan)
+    for n, s in enumerate(starts):
+        rows = np.flatnonzero(ok_NM[n])
+        if rows.size >= MIN_MACHINES:
+            w = x_MT[rows, s : s + window]
+            ref = reference_peers(rows.size)
+            d = mean_distances(w) if ref is None else mean_distances_to(w, ref)
+            out[n, rows] = normalised_scores(d, floor)
     return out
 
 

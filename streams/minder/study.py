@@ -18,6 +18,7 @@ Legend: M servers, T points, K metrics, N windows.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +37,7 @@ from rankwatch.streams.minder.detector import (
 )
 from rankwatch.streams.minder.evaluation import Scores, score, window_labels
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
+from rankwatch.streams.minder.series import Split, align_splits, common_grid, grid_step, make_split
 from rankwatch.streams.minder.similarity import window_starts
 
 F64 = NDArray[np.float64]
@@ -43,26 +45,58 @@ QUANTILES = (0.9, 0.95, 0.98, 0.99, 0.995)
 CONTINUITY = (1, 2, 3)
 
 
+MAX_GAP = 2
+"""Grid steps a missing sample may be bridged by repeating the last one."""
+
+
 @dataclass(frozen=True)
 class Group:
-    """One server group's aligned, normalised splits."""
+    """One server group's splits on common time grids, normalised; NaN where a server
+    has no sample (``series``)."""
 
     metrics: tuple[str, ...]
     train_MTK: F64
     test_MTK: F64
     label_MT: NDArray[np.uint8]
 
+    @property
+    def present_MT(self) -> NDArray[np.bool_]:
+        """Where each server has a test sample."""
+        return np.asarray(~np.isnan(self.test_MTK).all(axis=2))
+
+
+def group_from_splits(
+    train: Sequence[Split], test: Sequence[Split], max_gap: int = MAX_GAP
+) -> Group:
+    """Per server its train and test :class:`Split` -> a group aligned on timestamps and
+    normalised by the train split's per-metric bounds, not clipped: a test value beyond
+    them stays."""
+    if len(train) != len(test) or not train:
+        raise ValueError("one train and one test split per server, at least one server")
+    widths = {s.values.shape[1] for s in (*train, *test)}
+    if len(widths) != 1:
+        raise ValueError(f"servers disagree on the number of metrics: {sorted(widths)}")
+    parts = []
+    for splits in (train, test):
+        step = grid_step(splits)
+        parts.append(align_splits(splits, common_grid(splits, step), step, max_gap))
+    (train_x, _), (test_x, labels) = parts
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a metric never sampled: NaN bounds
+        low, high = np.nanmin(train_x, axis=(0, 1)), np.nanmax(train_x, axis=(0, 1))
+    low, high = np.nan_to_num(low), np.nan_to_num(high)
+    span = np.where(high > low, high - low, 1.0)
+    metrics = tuple(f"m{k + 1}" for k in range(train_x.shape[2]))
+    return Group(metrics, (train_x - low) / span, (test_x - low) / span, labels)
+
 
 def group_from_arrays(parts: Sequence[tuple[NDArray, NDArray, NDArray]]) -> Group:
-    """Per server (train [T, K], test [T, K], test_label [T]) -> a group normalised by the
-    train split's per-metric bounds, not clipped: a test value beyond them stays."""
-    train = np.stack([p[0] for p in parts]).astype(np.float64)
-    test = np.stack([p[1] for p in parts]).astype(np.float64)
-    labels = np.stack([p[2] for p in parts]).astype(np.uint8)
-    low, high = train.min(axis=(0, 1)), train.max(axis=(0, 1))
-    span = np.where(high > low, high - low, 1.0)
-    metrics = tuple(f"m{k + 1}" for k in range(train.shape[2]))
-    return Group(metrics, (train - low) / span, (test - low) / span, labels)
+    """Per server (train [T, K], test [T, K], test_label [T]) without timestamps: rows
+    placed by :func:`rankwatch.streams.minder.series.implied_times`, any lengths."""
+    return group_from_splits(
+        [make_split(p[0], "train") for p in parts],
+        [make_split(p[1], "test", labels=p[2]) for p in parts],
+    )
 
 
 @dataclass(frozen=True)
@@ -79,6 +113,16 @@ class Fold:
             "continuity": self.continuity,
             "priority_top5": list(self.priority[:5]),
         }
+
+
+def _score(
+    group: Group,
+    pred_NM: NDArray[np.bool_],
+    starts: NDArray[np.int64],
+    window: int,
+    servers: NDArray[np.int64] | None = None,
+) -> Scores:
+    return score(pred_NM, group.label_MT, starts, window, servers, group.present_MT)
 
 
 def minder_loso(
@@ -106,13 +150,13 @@ def minder_loso(
             for c in continuity:
                 fitted = replace(model, priority=order, thresholds=thresholds[q])
                 conf, _ = decide(test_scores, fitted, replace(config, continuity=c))
-                f1 = score(conf, group.label_MT, starts, config.window, servers=others).f1
+                f1 = _score(group, conf, starts, config.window, others).f1
                 if best is None or f1 > best[0]:
                     best = (f1, Fold(h, q, c, order), conf)
         assert best is not None
         folds.append(best[1])
         pred[:, h] = best[2][:, h]
-    return score(pred, group.label_MT, starts, config.window), folds
+    return _score(group, pred, starts, config.window), folds
 
 
 def baseline_loso(
@@ -136,14 +180,14 @@ def baseline_loso(
         best: tuple[float, Fold, NDArray[np.bool_]] | None = None
         for q in quantiles:
             for c in continuity:
-                conf = confirm(d > float(np.quantile(train_d, q)), c)
-                f1 = score(conf, group.label_MT, starts, config.window, servers=others).f1
+                conf = confirm(d > float(np.nanquantile(train_d, q)), c)
+                f1 = _score(group, conf, starts, config.window, others).f1
                 if best is None or f1 > best[0]:
                     best = (f1, Fold(h, q, c, ()), conf)
         assert best is not None
         folds.append(best[1])
         pred[:, h] = best[2][:, h]
-    return score(pred, group.label_MT, starts, config.window), folds
+    return _score(group, pred, starts, config.window), folds
 
 
 def study(group: Group, models: dict[str, MinderModel], config: MinderConfig) -> dict[str, Any]:

@@ -78,49 +78,97 @@ def _gate_rows(w: F32, hidden: int) -> F32:
     return out
 
 
-def _lstm_step(pre_GB: Arr, h_HB: Arr, c_HB: Arr, w_hh: Arr, hidden: int) -> tuple[Arr, Arr]:
-    """One LSTM step, feature-major (gates x batch) so that each gate is a contiguous
-    block; updates ``c_HB`` in place and returns the new (h, c)."""
-    gates = w_hh @ h_HB
-    gates += pre_GB
-    np.tanh(gates, out=gates)
-    sig = gates[: 3 * hidden]
+def _lstm_step(gates_GB: Arr, h_HB: Arr, c_HB: Arr, hidden: int) -> None:
+    """The rest of one LSTM step once ``gates_GB`` holds the pre-activations, in place,
+    feature-major (gates x batch, each gate a contiguous block): no array is allocated
+    (at a few hundred KiB each, fresh arrays cost page faults every step)."""
+    np.tanh(gates_GB, out=gates_GB)
+    sig = gates_GB[: 3 * hidden]
     sig *= 0.5
     sig += 0.5
-    i, f, o, g = (gates[k * hidden : (k + 1) * hidden] for k in range(4))
+    i, f, o, g = (gates_GB[k * hidden : (k + 1) * hidden] for k in range(4))
     c_HB *= f
     i *= g
     c_HB += i
-    h = np.tanh(c_HB)
-    h *= o
-    return h, c_HB
+    np.tanh(c_HB, out=h_HB)
+    h_HB *= o
+
+
+BLOCK = 2048
+"""Windows reconstructed at a time: a block's arrays (gates 16 x 2048 float32, 128 KiB)
+stay in the CPU cache through all the LSTM steps; one pass over a million windows
+would stream every step's arrays through memory instead (three times slower)."""
 
 
 def reconstruct(weights: VaeWeights, x_BLI: F32) -> F32:
     """Reconstruct a batch of windows (B, L, I) -> (B, L, I) with the latent mean."""
+    prepared = _prepare(weights)
+    x = np.asarray(x_BLI, dtype=np.float32)
+    out = np.empty(x.shape, dtype=np.float32)
+    for start in range(0, x.shape[0], BLOCK):
+        out[start : start + BLOCK] = _reconstruct_block(prepared, x[start : start + BLOCK])
+    return out
+
+
+def _prepare(weights: VaeWeights) -> dict[str, Arr]:
+    """The weights in the layout the steps use: gate rows reordered, and each LSTM's
+    input and bias columns appended to its recurrent matrix, so that one matrix product
+    per step gives the pre-activations from the stacked state [h; input; 1]."""
     a = weights.arrays
     hidden = a["enc_w_hh"].shape[1]
-    b, length, _ = x_BLI.shape
-    x_LIB = np.ascontiguousarray(np.asarray(x_BLI, dtype=np.float32).transpose(1, 2, 0))
-    enc_ih, enc_hh = _gate_rows(a["enc_w_ih"], hidden), _gate_rows(a["enc_w_hh"], hidden)
-    enc_b = _gate_rows(a["enc_b"], hidden)[:, None]
-    h = np.zeros((hidden, b), dtype=np.float32)
-    c = np.zeros((hidden, b), dtype=np.float32)
+    enc = np.concatenate(
+        [a["enc_w_hh"], a["enc_w_ih"], a["enc_b"][:, None]], axis=1, dtype=np.float32
+    )
+    dec = np.concatenate(
+        [a["dec_w_hh"], a["dec_w_ih"], a["dec_b"][:, None]], axis=1, dtype=np.float32
+    )
+    return {
+        "enc": _gate_rows(enc, hidden),
+        "dec": _gate_rows(dec, hidden),
+        "mu_w": a["mu_w"],
+        "mu_b": a["mu_b"][:, None],
+        "out_w": a["out_w"],
+        "out_b": a["out_b"][None, :, None],
+    }
+
+
+def _reconstruct_block(p: dict[str, Arr], x_BLI: F32) -> F32:
+    gate_rows, width = p["enc"].shape
+    hidden = gate_rows // 4
+    b, length, inputs = x_BLI.shape
+    x_LIB = np.ascontiguousarray(x_BLI.transpose(1, 2, 0))
+    gates = np.empty((gate_rows, b), dtype=np.float32)
+    z = np.zeros((width, b), dtype=np.float32)  # [h; x_t; 1]
+    z[-1] = 1.0
+    h, c = z[:hidden], np.zeros((hidden, b), dtype=np.float32)
     for t in range(length):
-        pre = enc_ih @ x_LIB[t]
-        pre += enc_b
-        h, c = _lstm_step(pre, h, c, enc_hh, hidden)
-    mu = a["mu_w"] @ h + a["mu_b"][:, None]
-    dec_pre = _gate_rows(a["dec_w_ih"], hidden) @ mu + _gate_rows(a["dec_b"], hidden)[:, None]
-    dec_hh = _gate_rows(a["dec_w_hh"], hidden)
-    h = np.zeros((hidden, b), dtype=np.float32)
-    c = np.zeros((hidden, b), dtype=np.float32)
-    out_LIB = np.empty((length, a["out_w"].shape[0], b), dtype=np.float32)
+        z[hidden : hidden + inputs] = x_LIB[t]
+        np.matmul(p["enc"], z, out=gates)
+        _lstm_step(gates, h, c, hidden)
+    latent = p["mu_w"].shape[0]
+    zd = np.zeros((hidden + latent + 1, b), dtype=np.float32)  # [h; mu; 1]
+    np.matmul(p["mu_w"], h, out=zd[hidden : hidden + latent])
+    zd[hidden : hidden + latent] += p["mu_b"]
+    zd[-1] = 1.0
+    h, c = zd[:hidden], np.zeros((hidden, b), dtype=np.float32)
+    out_LIB = np.empty((length, p["out_w"].shape[0], b), dtype=np.float32)
     for t in range(length):
-        h, c = _lstm_step(dec_pre, h, c, dec_hh, hidden)
-        out_LIB[t] = a["out_w"] @ h
-    out_LIB += a["out_b"][None, :, None]
+        np.matmul(p["dec"], zd, out=gates)
+        _lstm_step(gates, h, c, hidden)
+        np.matmul(p["out_w"], h, out=out_LIB[t])
+    out_LIB += p["out_b"]
     return np.ascontiguousarray(out_LIB.transpose(2, 0, 1))
+
+
+def _reconstruct_chunks(weights: VaeWeights, chunks_BLI: F32) -> F32:
+    """Reconstruct chunks; a chunk with a missing point (NaN) comes back all NaN: a
+    reconstruction from invented values would be compared as if it were measured."""
+    gap_B = np.isnan(chunks_BLI).any(axis=(1, 2))
+    if not gap_B.any():
+        return reconstruct(weights, chunks_BLI)
+    rec = reconstruct(weights, np.nan_to_num(chunks_BLI, nan=0.0))
+    rec[gap_B] = np.nan
+    return rec
 
 
 def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
@@ -133,7 +181,7 @@ def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
     padded[:, :t] = x_MT
     if n * w > t:
         padded[:, t:] = x_MT[:, -1:]
-    rec = reconstruct(weights, padded.reshape(m * n, w, 1))
+    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, 1))
     return rec.reshape(m, n * w)[:, :t]
 
 
@@ -146,5 +194,5 @@ def denoise_joint(weights: VaeWeights, x_MTK: NDArray[np.floating]) -> F32:
     padded[:, :t] = x_MTK
     if n * w > t:
         padded[:, t:] = x_MTK[:, -1:]
-    rec = reconstruct(weights, padded.reshape(m * n, w, k))
+    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, k))
     return rec.reshape(m, n * w, k)[:, :t]

@@ -1,17 +1,30 @@
 """Faults injected into real processes: six stand-in ranks (``minder_rank_proc.py``),
 each in its own network namespace and treated as a machine, sampled by the real agent
 (``ProcessSampler``: /proc/<pid> and its namespace's /proc/<pid>/net/dev) and fed to
-Minder's online monitor. In turn, one rank is CPU-starved (cgroup v1 CPU quota of 1%),
-has its network slowed (a tbf rate limit on its namespace's link: this kernel has no
-netem), and leaks memory; between faults and before the first one, the job is healthy.
+Minder's online monitor. In turn, one rank is CPU-starved (a cgroup v1 CPU quota of
+0.1% of a CPU, a tenth of what a rank needs), has its network slowed (a tbf rate limit
+on its namespace's link: this kernel has no netem), and leaks memory; between faults
+and before the first one, the job is healthy. A second run has no fault at all.
 
-Minder must name the right rank for each fault and raise nothing for the others or
-during the healthy phase. Needs root, iproute2 and a cgroup v1 cpu controller; skipped
-where they are missing (the reason says which).
+Minder must name the right rank for each fault and raise nothing for the others, during
+the healthy phase or in the healthy run. Needs root, iproute2 and a cgroup v1 cpu
+controller; skipped where they are missing (the reason says which).
+
+The box these tests run on is shared (two cores, other tests, other users), and the
+ranks are machines only by convention: left to the scheduler, one rank shares a core
+with a busy neighbour and really does use more CPU, wait longer and get preempted more
+than its peers, which Minder rightly reports. So the lab gives the ranks alike
+machines: they run in one cgroup that outweighs everything else on the box
+(``cpu.shares``), so each gets the little CPU it asks for whatever else runs; the
+CPU-starved rank is moved into a child of that cgroup with the quota. Time is read
+from the samples and alerts (their ``ts_ns``), never from a count of sleeps: a tick
+the harness could not take on time is skipped, and which fault an alert belongs to is
+decided by when the fault was injected.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -24,6 +37,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +45,25 @@ import pytest
 
 from rankwatch.hooks.agent import Agent, AgentConfig, ProcessSampler
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.minder.online import JobMonitor, OnlineConfig
+from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RANK = Path(__file__).with_name("minder_rank_proc.py")
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 RANKS = 6
-HEALTHY_S = 30
+LAB_SHARES = 262_144
+"""cgroup v1's largest ``cpu.shares`` (the default is 1024): the ranks' group wins
+the CPU whenever a rank wants it."""
+STARVE_PERIOD_US, STARVE_QUOTA_US = 1_000_000, 1_000
+"""0.1% of a CPU (the smallest quota the kernel takes, over its longest period): a
+rank needs about 1%, so the fault bites on a CPU ten times faster than this one."""
 # (start s, end s, rank, fault)
 FAULTS = ((30, 55, 1, "cpu"), (75, 100, 3, "network"), (120, 145, 4, "memory"))
 END_S = 160
+HEALTHY_RUN_S = 90
+GRACE_S = 10
+"""An alert of a fault may come up to this long after the fault ended (continuity
+needs three windows of evidence)."""
 
 
 def missing_privileges() -> str | None:
@@ -64,46 +87,71 @@ class Drain(socketserver.BaseRequestHandler):
 
 
 @contextmanager
+def cpu_cgroups(tag: str) -> Iterator[Path]:
+    """The ranks' cgroup (outweighing the rest of the box) and its ``starved`` child."""
+    lab = CPU_CGROUP / f"rankwatch-minder-{tag}"
+    starved = lab / "starved"
+    lab.mkdir()
+    try:
+        (lab / "cpu.shares").write_text(str(LAB_SHARES))
+        starved.mkdir()
+        (starved / "cpu.cfs_period_us").write_text(str(STARVE_PERIOD_US))
+        (starved / "cpu.cfs_quota_us").write_text(str(STARVE_QUOTA_US))
+        yield lab
+    finally:
+        for group in (starved, lab):
+            if group.exists():
+                group.rmdir()  # empty by now: the caller has reaped the ranks
+
+
+NET_LOCK = Path("/tmp/rankwatch-minder-lab.lock")
+
+
+def free_subnet() -> str:
+    """A 10.X prefix no interface of this host uses (two runs at once, from two
+    checkouts say, must not share one: the ranks' connections would go astray). The
+    caller holds ``NET_LOCK`` until its addresses are assigned."""
+    used = subprocess.run(["ip", "-o", "-4", "addr"], check=True, capture_output=True, text=True)
+    for second in range(200, 250):
+        if f" 10.{second}." not in used.stdout:
+            return f"10.{second}"
+    raise RuntimeError("no free 10.200-249 subnet for the lab")
+
+
+@contextmanager
 def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
-    """Namespaces, links, a sink server, a CPU cgroup and the rank processes."""
+    """Namespaces, links, a sink server, the CPU cgroups and the rank processes."""
     server = socketserver.ThreadingTCPServer(("0.0.0.0", 0), Drain)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
-    cgroup = CPU_CGROUP / f"rankwatch-minder-{tag}"
-    net = f"10.{200 + int(tag, 16) % 50}"  # two runs at once must not share subnets
     procs: list[subprocess.Popen[bytes]] = []
     made: list[int] = []
     try:
-        for i in range(RANKS):
-            ns, host, peer = f"rw{tag}{i}", f"rw{tag}{i}h", f"rw{tag}{i}c"
-            sh("ip", "netns", "add", ns)
-            made.append(i)
-            sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
-            sh("ip", "link", "set", peer, "netns", ns)
-            sh("ip", "addr", "add", f"{net}.{i}.1/24", "dev", host)
-            sh("ip", "link", "set", host, "up")
-            sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.{i}.2/24", "dev", peer)
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", peer, "up")
-            sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        cgroup.mkdir()
-        (cgroup / "cpu.cfs_period_us").write_text("100000")
-        (cgroup / "cpu.cfs_quota_us").write_text("1000")
-        for i in range(RANKS):
-            cmd = ["ip", "netns", "exec", f"rw{tag}{i}", sys.executable, str(RANK)]
-            procs.append(subprocess.Popen([*cmd, f"{net}.{i}.1", str(port)]))
-        yield procs, cgroup
-    finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
+        with open(NET_LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released once our addresses are up
+            net = free_subnet()
+            for i in range(RANKS):
+                ns, host, peer = f"rw{tag}{i}", f"rw{tag}{i}h", f"rw{tag}{i}c"
+                sh("ip", "netns", "add", ns)
+                made.append(i)
+                sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
+                sh("ip", "link", "set", peer, "netns", ns)
+                sh("ip", "addr", "add", f"{net}.{i}.1/24", "dev", host)
+                sh("ip", "link", "set", host, "up")
+                sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.{i}.2/24", "dev", peer)
+                sh("ip", "netns", "exec", ns, "ip", "link", "set", peer, "up")
+                sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        with cpu_cgroups(tag) as cgroup:
             try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if cgroup.exists():
-            cgroup.rmdir()
+                for i in range(RANKS):
+                    cmd = ["ip", "netns", "exec", f"rw{tag}{i}", sys.executable, str(RANK)]
+                    procs.append(subprocess.Popen([*cmd, f"{net}.{i}.1", str(port)]))
+                    (cgroup / "cgroup.procs").write_text(str(procs[-1].pid))
+                yield procs, cgroup
+            finally:
+                stop(procs)
+    finally:
         for i in made:
             subprocess.run(["ip", "link", "del", f"rw{tag}{i}h"], check=False, capture_output=True)
             subprocess.run(["ip", "netns", "del", f"rw{tag}{i}"], check=False, capture_output=True)
@@ -111,9 +159,20 @@ def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
         server.server_close()
 
 
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
 def inject(fault: str, on: bool, tag: str, rank: int, pid: int, cgroup: Path) -> None:
     if fault == "cpu":
-        target = cgroup if on else CPU_CGROUP
+        target = cgroup / "starved" if on else cgroup
         (target / "cgroup.procs").write_text(str(pid))
     elif fault == "network":
         ns, dev = f"rw{tag}{rank}", f"rw{tag}{rank}c"
@@ -137,41 +196,109 @@ class MonitorSink:
         self.monitor.add(msg["host"], msg["ts_ns"], msg["metrics"])
 
 
-def test_injected_faults_name_the_right_process(artifacts_dir: Path) -> None:
-    why = missing_privileges()
-    if why:
-        pytest.skip(why)
+def throttled_s(cgroup: Path) -> float:
+    stat = dict(line.split()[:2] for line in (cgroup / "cpu.stat").read_text().splitlines())
+    return int(stat["throttled_time"]) / NS
+
+
+def ticks(end_s: int) -> Iterator[int]:
+    """Whole seconds since the start, on time; a tick the harness could not take on
+    time is skipped, not replayed (two samples a moment apart would make noisy rates)."""
+    start = time.monotonic()
+    due = 0
+    while due < end_s:
+        time.sleep(max(0.0, start + due - time.monotonic()))
+        yield due
+        due = max(due + 1, int(time.monotonic() - start) + 1)
+
+
+@dataclass
+class LabRun:
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    injected_ns: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per fault, when it was switched on and off (wall clock, as the samples)."""
+    alive: bool = True
+    throttled_s: float = 0.0
+    """How long the starved cgroup was held back by its quota."""
+
+    def firing(self) -> list[dict[str, Any]]:
+        return [a for a in self.alerts if a["state"] == "firing"]
+
+    def summary(self, start_ns: int) -> list[tuple[float, str, str, str]]:
+        return [
+            (
+                round((a["ts_ns"] - start_ns) / NS, 1),
+                a["state"],
+                a["evidence"]["host"],
+                a["evidence"]["metric"],
+            )
+            for a in self.alerts
+        ]
+
+
+def run_lab(faults: tuple[tuple[int, int, int, str], ...], end_s: int) -> tuple[LabRun, int]:
+    """Run the ranks for ``end_s`` seconds, injecting ``faults``; sample every second."""
     tag = uuid.uuid4().hex[:4]
-    config = OnlineConfig(window_s=5, stride_s=5, continuity=3, resolve_after=2)
-    monitor = JobMonitor("lab", config)
-    events: list[dict[str, Any]] = []
+    monitor = JobMonitor("lab", OnlineConfig(window_s=5, stride_s=5, continuity=3, resolve_after=2))
+    run = LabRun()
+    switches = sorted(
+        (s, on, rank, fault) for b, e, rank, fault in faults for s, on in ((b, True), (e, False))
+    )
+    start_ns = time.time_ns()
     with lab(tag) as (procs, cgroup):
         sink = MonitorSink(monitor)
         agents = [
             Agent(AgentConfig(job="lab", host=f"rank{i}"), [ProcessSampler(p.pid)], sink)
             for i, p in enumerate(procs)
         ]
-        start = time.monotonic()
-        for second in range(END_S):
-            for begin, end, rank, fault in FAULTS:
-                if second in (begin, end):
-                    inject(fault, second == begin, tag, rank, procs[rank].pid, cgroup)
-            now = time.time_ns()
+        for second in ticks(end_s):
+            while switches and switches[0][0] <= second:
+                _, on, rank, fault = switches.pop(0)
+                inject(fault, on, tag, rank, procs[rank].pid, cgroup)
+                was = run.injected_ns.get(fault, (0, 0))
+                run.injected_ns[fault] = (time.time_ns(), 0) if on else (was[0], time.time_ns())
             for agent in agents:
-                agent.tick(now)
-            for alert in monitor.evaluate().alerts:
-                events.append({"second": second, **alert})
-            time.sleep(max(0.0, start + second + 1 - time.monotonic()))
-        alive = [p.poll() is None for p in procs]
-    summary = [
-        (e["second"], e["state"], e["evidence"]["host"], e["evidence"]["metric"]) for e in events
-    ]
-    (artifacts_dir / "events.json").write_text(json.dumps(summary, indent=1))
-    print("minder fault injection:", summary)
-    assert all(alive), "a rank died"
-    firing = [e for e in events if e["state"] == "firing"]
-    assert not [e for e in firing if e["second"] < HEALTHY_S], summary
-    for begin, end, rank, fault in FAULTS:
-        mine = [e for e in firing if begin <= e["second"] <= end + 10]
-        assert [e["evidence"]["host"] for e in mine] == [f"rank{rank}"], (fault, summary)
+                agent.tick(time.time_ns())  # each sample stamped when it was taken
+            run.alerts += monitor.evaluate().alerts
+        run.alive = all(p.poll() is None for p in procs)
+        run.throttled_s = throttled_s(cgroup / "starved")
+    return run, start_ns
+
+
+def record(artifacts_dir: Path, run: LabRun, start_ns: int) -> list[tuple[float, str, str, str]]:
+    summary = run.summary(start_ns)
+    injected = {f: [(t - start_ns) / NS for t in ts] for f, ts in run.injected_ns.items()}
+    (artifacts_dir / "events.json").write_text(
+        json.dumps({"alerts": summary, "injected_s": injected}, indent=1)
+    )
+    print("minder fault injection:", summary, injected)
+    return summary
+
+
+def test_injected_faults_name_the_right_process(artifacts_dir: Path) -> None:
+    why = missing_privileges()
+    if why:
+        pytest.skip(why)
+    run, start_ns = run_lab(FAULTS, END_S)
+    summary = record(artifacts_dir, run, start_ns)
+    assert run.alive, "a rank died"
+    cpu_s = FAULTS[0][1] - FAULTS[0][0]
+    assert run.throttled_s > cpu_s / 2, f"the CPU quota held rank 1 back {run.throttled_s:.1f} s"
+    firing = run.firing()
+    first_fault_ns = min(on for on, _ in run.injected_ns.values())
+    assert not [a for a in firing if a["ts_ns"] < first_fault_ns], summary
+    for _, _, rank, fault in FAULTS:
+        on, off = run.injected_ns[fault]
+        mine = [a for a in firing if on <= a["ts_ns"] <= off + GRACE_S * NS]
+        assert [a["evidence"]["host"] for a in mine] == [f"rank{rank}"], (fault, summary)
     assert len(firing) == len(FAULTS), summary
+
+
+def test_healthy_ranks_raise_nothing(artifacts_dir: Path) -> None:
+    why = missing_privileges()
+    if why:
+        pytest.skip(why)
+    run, start_ns = run_lab((), HEALTHY_RUN_S)
+    summary = record(artifacts_dir, run, start_ns)
+    assert run.alive, "a rank died"
+    assert run.alerts == [], summary

@@ -97,3 +97,29 @@ def test_numpy_forward_equals_torch() -> None:
     with torch.no_grad():
         y, _, _ = net(torch.from_numpy(x), sample=False)
     assert np.abs(y.numpy() - reconstruct(net.export(8), x)).max() < 1e-5
+
+
+def test_threads_do_not_change_the_result() -> None:
+    x = machines()
+    x[5, 160:, 1] -= 0.3
+    w = random_weights()
+    model = MinderModel(metrics=("a", "b", "c"), denoisers={"a": w, "b": w, "c": w})
+    one = detect(x, model, CONFIG)
+    two = detect(x, model, replace(CONFIG, workers=2))
+    assert np.array_equal(one.confirmed_NM, two.confirmed_NM)
+    assert np.array_equal(one.metric_N, two.metric_N)
+    assert np.allclose(one.scores_KNM, two.scores_KNM, equal_nan=True)
+
+
+def test_reference_peers_estimate_the_mean_distance_of_a_large_group() -> None:
+    from rankwatch.streams.minder import similarity
+
+    rng = np.random.default_rng(0)
+    w = 0.5 + 0.05 * rng.standard_normal((3000, 60))
+    w[1234] += 0.3
+    ref = similarity.reference_peers(3000)
+    assert ref is not None and ref.size == similarity.REFERENCE_PEERS
+    exact, estimate = similarity.mean_distances(w), similarity.mean_distances_to(w, ref)
+    assert np.abs(estimate - exact).max() < 0.05 * (exact.max() - exact.min())
+    s = similarity.window_scores(w, np.array([0]), 60, 0.02)[0]
+    assert int(np.argmax(s)) == 1234 and np.sort(s)[-2] < 5

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from rankwatch.schemas.codec import decode, encode
@@ -70,3 +72,56 @@ def test_a_burst_on_one_host_does_not_hide_a_later_fault() -> None:
             monitor.add(f"host{h}", T0 + s * NS, {"net_tx_Bps": tx})
         alerts += monitor.evaluate().alerts
     assert [(a["state"], a["evidence"]["host"]) for a in alerts] == [("firing", "host4")]
+
+
+def feed_hosts(
+    monitor: JobMonitor, seconds: int, present: Callable[[int, int], bool], faulty: int = -1
+) -> tuple[list[dict], list[dict]]:
+    """8 hosts at 1 Hz; ``present(host, second)`` says who reports; host ``faulty``
+    drifts from second 100 on. Returns (alerts, machine_scores rows)."""
+    rng = np.random.default_rng(1)
+    alerts, scores = [], []
+    for s in range(seconds):
+        for h in range(8):
+            cpu = 60 + 20 * np.sin(s / 20) + rng.normal(0, 1.5)
+            if h == faulty and s >= 100:
+                cpu -= 30
+            if present(h, s):
+                monitor.add(f"host{h}", T0 + s * NS, {"cpu_util": cpu})
+        out = monitor.evaluate()
+        alerts += out.alerts
+        scores += out.rows.get("machine_scores", [])
+    return alerts, scores
+
+
+def windows_of(scores: list[dict], host: str) -> list[int]:
+    return sorted((r["time"] - T0) // NS for r in scores if r["host"] == host)
+
+
+def test_a_late_joiner_is_compared_only_over_windows_it_covers() -> None:
+    alerts, scores = feed_hosts(JobMonitor("job", CONFIG), 400, lambda h, s: h != 7 or s >= 215)
+    assert alerts == []
+    ends = windows_of(scores, "host0")
+    joined = windows_of(scores, "host7")
+    assert joined == [e for e in ends if e - 30 >= 215]  # no window it joined during
+
+
+def test_a_machine_that_leaves_is_not_compared_and_its_episode_ends_honestly() -> None:
+    alerts, scores = feed_hosts(
+        JobMonitor("job", CONFIG), 500, lambda h, s: h != 5 or s < 250, faulty=5
+    )
+    states = [(a["state"], a["evidence"]["host"]) for a in alerts]
+    assert states == [("firing", "host5"), ("resolved", "host5")]
+    assert "stopped reporting" in alerts[1]["summary"]
+    assert max(windows_of(scores, "host5")) <= 250  # never scored on invented samples
+
+
+def test_a_short_gap_is_bridged_and_a_long_one_sits_out() -> None:
+    def present(h: int, s: int) -> bool:
+        return not (h == 2 and (150 <= s < 153 or 300 <= s < 320))
+
+    alerts, scores = feed_hosts(JobMonitor("job", CONFIG), 450, present)
+    assert alerts == []
+    all_ends, host2 = windows_of(scores, "host0"), windows_of(scores, "host2")
+    touched = [e for e in all_ends if e - 30 < 320 and e > 300]
+    assert touched and set(host2) == set(all_ends) - set(touched)

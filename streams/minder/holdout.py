@@ -1,0 +1,166 @@
+"""Held-out servers: every choice made on some servers' labels, results on the others'.
+
+The protocol (``docs/minder.md``, "Evaluation on held-out servers"): the group's
+servers are split into *development* and *held-out* ones before anything is looked
+at. Models, thresholds and peer scales come from the unlabelled train split of all
+servers (as a fleet's history would); the metric priority is learnt from the
+development servers' labelled test windows; each detector's free settings (threshold
+quantile, continuity, denoising, and for the peer variant the vote) are picked from a
+fixed grid by window F1 on the development servers. Only then are the held-out
+servers scored, once. Detection itself always runs on the whole group: the held-out
+servers' data are peers like any other, their labels are never read before scoring.
+
+Legend: M servers, T points, K metrics, N windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rankwatch.streams.minder.baseline import fit_reference, mahalanobis, window_means
+from rankwatch.streams.minder.continuity import confirm
+from rankwatch.streams.minder.detector import (
+    MinderConfig,
+    MinderModel,
+    calibrate_thresholds,
+    decide,
+    fit_peer_scales,
+    metric_scores,
+)
+from rankwatch.streams.minder.evaluation import event_scores, score, window_labels
+from rankwatch.streams.minder.priority import max_z_features, rank_metrics
+from rankwatch.streams.minder.similarity import window_starts
+from rankwatch.streams.minder.study import QUANTILES, Group
+
+Bool = NDArray[np.bool_]
+CONTINUITY = (1, 2, 3)
+VOTES = (1, 2, 3)
+VOTE_METRICS = (3, 5, 0)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One detector's settings, as picked on the development servers."""
+
+    detector: str
+    quantile: float
+    continuity: int
+    denoise: bool = False
+    vote: int = 0
+    vote_metrics: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "quantile": self.quantile,
+            "continuity": self.continuity,
+        }
+        if self.detector != "baseline":
+            out["denoise"] = self.denoise
+        if self.vote:
+            out.update(vote=self.vote, vote_metrics=self.vote_metrics or "all")
+        return out
+
+
+@dataclass(frozen=True)
+class Context:
+    group: Group
+    starts: NDArray[np.int64]
+    window: int
+    dev: NDArray[np.int64]
+    held: NDArray[np.int64]
+
+    def dev_f1(self, pred_NM: Bool) -> float:
+        g = self.group
+        return score(pred_NM, g.label_MT, self.starts, self.window, self.dev, g.present_MT).f1
+
+
+def _minder_candidates(
+    ctx: Context, model: MinderModel, config: MinderConfig, scoring: str
+) -> Iterator[tuple[Choice, Bool]]:
+    """Every setting on the grid for one scoring, with its predictions."""
+    g = ctx.group
+    denoise_options = (False, True) if model.denoisers else (False,)
+    for denoise in denoise_options:
+        cfg = replace(config, scoring=scoring, denoise=denoise)
+        train = metric_scores(g.train_MTK, model, cfg)
+        test = metric_scores(g.test_MTK, model, cfg)
+        for q in QUANTILES:
+            levels = calibrate_thresholds(train, g.metrics, q, per_machine=scoring == "peer")
+            fitted = replace(model, thresholds=levels)
+            votes = (
+                [(0, 0)]
+                if scoring == "pairwise"
+                else [(v, k) for v in VOTES for k in VOTE_METRICS if not k or v <= k]
+            )
+            for (vote, metrics), c in ((vm, c) for vm in votes for c in CONTINUITY):
+                run = replace(cfg, continuity=c, vote=vote, vote_metrics=metrics)
+                conf, _ = decide(test, fitted, run)
+                name = "minder" if scoring == "pairwise" else "minder_peer"
+                yield Choice(name, q, c, denoise, vote, metrics), conf
+
+
+def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[Choice, Bool]]:
+    g = ctx.group
+    train_starts = window_starts(g.train_MTK.shape[1], config.window, config.stride)
+    train_f = window_means(g.train_MTK, train_starts, config.window)
+    ref = fit_reference(train_f.reshape(-1, train_f.shape[2]))
+    train_d = mahalanobis(train_f, ref)
+    d = mahalanobis(window_means(g.test_MTK, ctx.starts, config.window), ref)
+    for q in QUANTILES:
+        for c in CONTINUITY:
+            yield Choice("baseline", q, c), confirm(d > float(np.nanquantile(train_d, q)), c)
+
+
+def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choice, float, Bool]:
+    best: tuple[Choice, float, Bool] | None = None
+    for choice, pred in candidates:
+        f1 = ctx.dev_f1(pred)
+        if best is None or f1 > best[1]:
+            best = (choice, f1, pred)
+    assert best is not None
+    return best
+
+
+def holdout_study(
+    group: Group,
+    model: MinderModel,
+    config: MinderConfig,
+    dev: Sequence[int],
+    held: Sequence[int],
+    points_per_day: float,
+) -> dict[str, Any]:
+    """Pick each detector's settings on ``dev`` servers, score them on ``held`` ones."""
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+    ctx = Context(group, starts, config.window, np.asarray(dev), np.asarray(held))
+    truth = window_labels(group.label_MT, starts, config.window)
+    feats = max_z_features(group.test_MTK, starts, config.window)
+    order = rank_metrics(feats, np.asarray(truth[:, ctx.dev].any(axis=1)))
+    model = replace(
+        model,
+        priority=tuple(group.metrics[k] for k in order),
+        peer_scale=fit_peer_scales(group.train_MTK, group.metrics, config.floor),
+    )
+    minutes = 24 * 60 / points_per_day
+    results: dict[str, Any] = {}
+    for candidates in (
+        _minder_candidates(ctx, model, config, "pairwise"),
+        _minder_candidates(ctx, model, config, "peer"),
+        _baseline_candidates(ctx, config),
+    ):
+        choice, dev_f1, pred = _best(ctx, candidates)
+        win = score(pred, group.label_MT, starts, config.window, ctx.held, group.present_MT)
+        events = event_scores(
+            pred, group.label_MT, starts, config.window, ctx.held, group.present_MT, points_per_day
+        )
+        results[choice.detector] = {
+            "chosen": choice.to_json(),
+            "dev_window_f1": round(dev_f1, 4),
+            "held_out": {"window_f1": round(win.f1, 4), **events.to_json(minutes)},
+        }
+    results["priority_top5"] = list(model.priority[:5])
+    return results
