@@ -6,7 +6,8 @@ Run from the repo root (BLAS single-threaded; ``--workers`` threads score metric
         --machines 10000 --workers 2
     .venv/bin/python benchmarks/bench_minder.py --asd    # also the full ASD study (torch)
 
-Speed case (docs/detection.md, "2. Faulty machines (Minder)"; the paper's 3.6 s per call, here for 10,000 machines): one ``detect`` call
+Speed case (docs/minder.md; the paper's 3.6 s per call, here for 10,000 machines): one
+``detect`` call
 over 15 minutes of 1-second data of ``--machines`` machines (generated: a shared
 periodic load plus noise per machine, float32), 10 metrics, each with its own LSTM-VAE
 (window 8, hidden 4, latent 8; trained for a few seconds on 100 healthy machines when
