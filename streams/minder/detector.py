@@ -30,7 +30,13 @@ from numpy.typing import NDArray
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.peers import fit_peer_scale, peer_scores
 from rankwatch.streams.minder.similarity import window_scores, window_starts
-from rankwatch.streams.minder.vae import VaeWeights, denoise_joint, denoise_series
+from rankwatch.streams.minder.vae import (
+    BLOCK,
+    THREADED_BLOCK,
+    VaeWeights,
+    denoise_joint,
+    denoise_series,
+)
 
 F64 = NDArray[np.float64]
 
@@ -107,7 +113,7 @@ def denoised(
     name = model.metrics[k]
     if not config.denoise or (model.joint is None and name not in model.denoisers):
         return np.asarray(x_MTK[:, :, k])
-    return denoise_series(model.denoisers[name], x_MTK[:, :, k])
+    return denoise_series(model.denoisers[name], x_MTK[:, :, k], _block(config))
 
 
 def metric_scores(x_MTK: NDArray[np.floating], model: MinderModel, config: MinderConfig) -> F64:
@@ -142,7 +148,11 @@ def fit_peer_scales(
 def _joint(x_MTK: NDArray[np.floating], model: MinderModel, config: MinderConfig) -> NDArray | None:
     if model.joint is None or not config.denoise:
         return None
-    return denoise_joint(model.joint, x_MTK)
+    return denoise_joint(model.joint, x_MTK, _block(config))
+
+
+def _block(config: MinderConfig) -> int:
+    return BLOCK if config.workers <= 1 else THREADED_BLOCK
 
 
 def detect(

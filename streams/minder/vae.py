@@ -98,15 +98,20 @@ BLOCK = 2048
 """Windows reconstructed at a time: a block's arrays (gates 16 x 2048 float32, 128 KiB)
 stay in the CPU cache through all the LSTM steps; one pass over a million windows
 would stream every step's arrays through memory instead (three times slower)."""
+THREADED_BLOCK = 32_768
+"""The block when several threads denoise at once: each numpy call holds the GIL for
+its overhead, and with 2,048-wide arrays two threads spend their time waiting for it
+(measured: no faster than one); 32,768-wide blocks are a little slower alone but two
+threads run them twice as fast."""
 
 
-def reconstruct(weights: VaeWeights, x_BLI: F32) -> F32:
+def reconstruct(weights: VaeWeights, x_BLI: F32, block: int = BLOCK) -> F32:
     """Reconstruct a batch of windows (B, L, I) -> (B, L, I) with the latent mean."""
     prepared = _prepare(weights)
     x = np.asarray(x_BLI, dtype=np.float32)
     out = np.empty(x.shape, dtype=np.float32)
-    for start in range(0, x.shape[0], BLOCK):
-        out[start : start + BLOCK] = _reconstruct_block(prepared, x[start : start + BLOCK])
+    for start in range(0, x.shape[0], block):
+        out[start : start + block] = _reconstruct_block(prepared, x[start : start + block])
     return out
 
 
@@ -160,18 +165,18 @@ def _reconstruct_block(p: dict[str, Arr], x_BLI: F32) -> F32:
     return np.ascontiguousarray(out_LIB.transpose(2, 0, 1))
 
 
-def _reconstruct_chunks(weights: VaeWeights, chunks_BLI: F32) -> F32:
+def _reconstruct_chunks(weights: VaeWeights, chunks_BLI: F32, block: int = BLOCK) -> F32:
     """Reconstruct chunks; a chunk with a missing point (NaN) comes back all NaN: a
     reconstruction from invented values would be compared as if it were measured."""
     gap_B = np.isnan(chunks_BLI).any(axis=(1, 2))
     if not gap_B.any():
-        return reconstruct(weights, chunks_BLI)
-    rec = reconstruct(weights, np.nan_to_num(chunks_BLI, nan=0.0))
+        return reconstruct(weights, chunks_BLI, block)
+    rec = reconstruct(weights, np.nan_to_num(chunks_BLI, nan=0.0), block)
     rec[gap_B] = np.nan
     return rec
 
 
-def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
+def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating], block: int = BLOCK) -> F32:
     """Reconstruct whole series (M, T) of one metric chunk by chunk (chunks of the model's
     window; a last partial chunk is padded with its final value and cut back)."""
     m, t = x_MT.shape
@@ -181,11 +186,11 @@ def denoise_series(weights: VaeWeights, x_MT: NDArray[np.floating]) -> F32:
     padded[:, :t] = x_MT
     if n * w > t:
         padded[:, t:] = x_MT[:, -1:]
-    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, 1))
+    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, 1), block)
     return rec.reshape(m, n * w)[:, :t]
 
 
-def denoise_joint(weights: VaeWeights, x_MTK: NDArray[np.floating]) -> F32:
+def denoise_joint(weights: VaeWeights, x_MTK: NDArray[np.floating], block: int = BLOCK) -> F32:
     """The ablation "one joint model": all K metrics through one VAE with K inputs."""
     m, t, k = x_MTK.shape
     w = weights.window
@@ -194,5 +199,5 @@ def denoise_joint(weights: VaeWeights, x_MTK: NDArray[np.floating]) -> F32:
     padded[:, :t] = x_MTK
     if n * w > t:
         padded[:, t:] = x_MTK[:, -1:]
-    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, k))
+    rec = _reconstruct_chunks(weights, padded.reshape(m * n, w, k), block)
     return rec.reshape(m, n * w, k)[:, :t]
