@@ -24,9 +24,15 @@ def new_app(
     bootstrap: str,
     partitions: int,
     offset_reset: str = "earliest",
+    session_timeout_s: float | None = None,
     **settings: Any,
 ) -> faust.App:
-    """A faust app with in-memory state (rankwatch keeps its state in ClickHouse)."""
+    """A faust app with in-memory state (rankwatch keeps its state in ClickHouse).
+    ``session_timeout_s``: how long a dead worker's partitions wait before they move
+    (heartbeats at a third of it, 3 s at most); None keeps faust's default."""
+    if session_timeout_s is not None:
+        settings["broker_session_timeout"] = session_timeout_s
+        settings["broker_heartbeat_interval"] = min(3.0, session_timeout_s / 3)
     return faust.App(
         group,
         broker=f"kafka://{bootstrap}",

@@ -176,8 +176,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
         settings.bootstrap,
         settings.partitions,
         settings.offset_reset,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        session_timeout_s=settings.session_timeout_s,
     )
     state = HangState(settings)
 

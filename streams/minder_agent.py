@@ -283,8 +283,7 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         settings.group,
         settings.bootstrap,
         settings.partitions,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        session_timeout_s=settings.session_timeout_s,
         stream_wait_empty=False,  # unacknowledged events wait for their window, not rebalances
     )
     state = MinderState(settings)
