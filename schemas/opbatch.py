@@ -62,6 +62,13 @@ class OpBatch:
         return int(self.step.shape[0])
 
     @property
+    def delivery_key(self) -> tuple[int, int, int]:
+        """(rank, batch_seq, first step): the same key means the same batch delivered
+        again. ``batch_seq`` alone is not enough: a training process restarted under the
+        same job id counts its batches from 0 again, but for steps it had not reached."""
+        return (self.rank, self.batch_seq, int(self.step[0]))
+
+    @property
     def optype_names(self) -> np.ndarray:
         """Op types as strings."""
         return np.asarray(OPTYPES, dtype=object)[self.optype]

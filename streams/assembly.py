@@ -12,15 +12,16 @@ the batch carrying the step's end arrived (``steps_done`` in the batch, or an
 many ops the step has, that many records arrived. A step is *complete* when every
 expected worker finished it, *partial* when the grace period ran out first.
 
-Idempotence: a batch seen before (same rank and batch_seq) is a duplicate and is
-skipped whole; records repeated across batches collapse on (rank, optype,
-seq_id) when the step is closed. Batches for a step that was already closed are
-*late*: counted, and dropped or (``AssemblyConfig.late = "reanalyse"``) filed into
-one of the job's recently closed *partial* steps, whose records are kept for this:
-when a late batch completes such a step, it closes again, complete, and is analysed
-(its row replaces the partial one). A closed step's records come out in one canonical order
-(by rank, op type, seq_id) whatever order they arrived in, so a step rebuilt from the
-stored ops after a restart is the same array, bit for bit, as the live one.
+Idempotence: a batch seen before (same ``OpBatch.delivery_key``: rank, batch_seq and
+first step) is a duplicate and is skipped whole; records repeated across batches
+collapse on (rank, optype, seq_id) when the step is closed. Batches for a step that
+was already closed are *late*: counted, and dropped or (``AssemblyConfig.late =
+"reanalyse"``) filed into one of the job's recently closed *partial* steps, whose
+records are kept for this: when a late batch completes such a step, it closes again,
+complete, and is analysed (its row replaces the partial one). A closed step's records
+come out in one canonical order (by rank, op type, seq_id) whatever order they arrived
+in, so a step rebuilt from the stored ops after a restart is the same array, bit for
+bit, as the live one.
 
 Restarts: :meth:`StepAssembler.restore_closed` marks steps already stored as closed,
 so that re-delivered batches of those steps count as late instead of producing a
@@ -155,7 +156,7 @@ class _Job:
     closed: OrderedDict[int, None] = field(default_factory=OrderedDict)
     kept: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
     """Partial steps whose records wait for late batches (``late = "reanalyse"``)."""
-    seen_batches: OrderedDict[tuple[int, int], None] = field(default_factory=OrderedDict)
+    seen_batches: OrderedDict[tuple[int, int, int], None] = field(default_factory=OrderedDict)
     expected: frozenset[Worker] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -271,7 +272,7 @@ class StepAssembler:
         return frozenset(s for s in steps if s in job.closed and s not in job.kept)
 
     def _is_duplicate(self, job: _Job, batch: OpBatch) -> bool:
-        key = (batch.rank, batch.batch_seq)
+        key = batch.delivery_key
         if key in job.seen_batches:
             return True
         job.seen_batches[key] = None

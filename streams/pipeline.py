@@ -124,7 +124,7 @@ class Pipeline:
         self.assembler = StepAssembler(self.assembly)
         self.jobs = JobBook()
         self.identity = JobIdentities(step_window=self.assembly.step_window)
-        self._stored_batches: dict[str, set[tuple[int, int]]] = {}
+        self._stored_batches: dict[str, set[tuple[int, int, int]]] = {}
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message; bad input becomes a dead-letter row, never an exception."""
@@ -162,10 +162,12 @@ class Pipeline:
         stored = self._stored_batches.get(batch.job)
         if not stored:
             return False
-        key = (batch.rank, batch.batch_seq)
-        if key not in stored:
+        # Any of its steps will do: a step closed before the restart was left out of
+        # what was stored, and the batch's first step may be that one.
+        keys = {(batch.rank, batch.batch_seq, s) for s in np.unique(batch.step).tolist()}
+        if stored.isdisjoint(keys):
             return False
-        stored.discard(key)
+        stored.difference_update(keys)
         return True
 
     def precheck(self, batch: OpBatch, key: bytes | None) -> bool:
@@ -278,9 +280,10 @@ class JobHistory:
     """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
     leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
     """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
-    stored_batches: frozenset[tuple[int, int]] = frozenset()
-    """(rank, batch_seq) of the batches whose records are stored for steps not closed
-    yet: re-read after a restart, they feed their steps but are not stored again."""
+    stored_batches: frozenset[tuple[int, int, int]] = frozenset()
+    """(rank, batch_seq, step) of the records stored for steps not closed yet: a batch
+    re-read after a restart that matches one of them (same rank and batch_seq, one of
+    its steps) feeds its steps but is not stored again."""
 
     @property
     def open_alert(self) -> str | None:

@@ -48,7 +48,7 @@ _LEADERS = (
     "WHERE job = {job:String} AND step IN {steps:Array(UInt64)} GROUP BY step, dimension"
 )
 _STORED_BATCHES = (
-    "SELECT DISTINCT rank, batch_seq FROM ops WHERE job = {job:String} "
+    "SELECT DISTINCT rank, batch_seq, step FROM ops WHERE job = {job:String} "
     "AND step >= {low:UInt64} AND step NOT IN {closed:Array(UInt64)}"
 )
 _COORDINATES = (
@@ -103,12 +103,14 @@ def _leaders(store: Store, job: str, steps: list[int]) -> dict[int, dict[str, tu
 
 def _stored_batches(
     store: Store, job: str, closed: list[int], closed_memory: int
-) -> frozenset[tuple[int, int]]:
-    """Batches stored for the job's steps that have no ``steps`` row yet (open when the
-    worker stopped): at most ``closed_memory`` steps behind its newest closed step."""
+) -> frozenset[tuple[int, int, int]]:
+    """(rank, batch_seq, step) stored for the job's steps that have no ``steps`` row yet
+    (open when the worker stopped): at most ``closed_memory`` steps behind its newest
+    closed step. The step tells a batch from one a restarted training process numbered
+    the same (``OpBatch.delivery_key``)."""
     low = max(0, max(closed) - closed_memory) if closed else 0
     rows = store.query(_STORED_BATCHES, {"job": job, "low": low, "closed": closed})
-    return frozenset((int(r["rank"]), int(r["batch_seq"])) for r in rows)
+    return frozenset((int(r["rank"]), int(r["batch_seq"]), int(r["step"])) for r in rows)
 
 
 def _coordinates(store: Store, job: str, step: int) -> dict[int, Coordinates]:

@@ -1,13 +1,15 @@
-"""Duplicate, shuffled, truncated, wrong-typed, unknown-version and oversized messages,
-and batches that contradict their job (other sizes, another rank's coordinates, a key
-naming another job, a step far away) mixed into a replay on topics the broker has never
-seen: the worker does not crash, each bad message is in the dead-letter table and on
-the dead-letter topic (original bytes, reason header), duplicates are counted and not
-stored twice, and the good job's rows are exactly those of a clean run."""
+"""Duplicate, shuffled, truncated, wrong-typed, unknown-version and oversized messages, and
+batches that contradict their job (other sizes, another rank's coordinates, a key naming
+another job, a step far away) mixed into a replay on topics the broker has never seen,
+whose ranks restart their batch numbering halfway (a training restart): the worker does
+not crash, each bad message is in the dead-letter table and on the dead-letter topic
+(original bytes, reason header), duplicates are counted and not stored twice, and the
+good job's rows are exactly those of a clean run."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 import uuid
@@ -18,6 +20,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from rankwatch.schemas.codec import encode_ops
+from rankwatch.streams.replay import ReplayedBatch
 from rankwatch.streams.store import Store
 from rankwatch.streams.testing import (
     STEP_FIELDS,
@@ -85,10 +88,25 @@ async def send(bootstrap: str, topic: str, messages: list[Message]) -> None:
         await producer.stop()
 
 
+def restarted_halfway(batches: list[ReplayedBatch], step: int) -> list[ReplayedBatch]:
+    """The batches as if training restarted before ``step`` under the same job id: each
+    rank numbers its batches from 0 again (not duplicates: they carry new steps)."""
+    later = [b.batch for b in batches if b.batch.steps_done[0][0] >= step]
+    base = {r: min(b.batch_seq for b in later if b.rank == r) for r in {b.rank for b in later}}
+    return [
+        b
+        if b.batch.steps_done[0][0] < step
+        else dataclasses.replace(
+            b, batch=dataclasses.replace(b.batch, batch_seq=b.batch.batch_seq - base[b.batch.rank])
+        )
+        for b in batches
+    ]
+
+
 def test_bad_messages_are_dead_letters_and_good_results_unchanged(
     kafka_broker: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
-    batches = several_jobs(["job-0"], steps=6, origin_ns=time.time_ns())
+    batches = restarted_halfway(several_jobs(["job-0"], steps=6, origin_ns=time.time_ns()), 3)
     clean = reference_run(batches)
     messages, letters = dirty_stream(
         [encode_ops(b.batch) for b in batches], [b.batch.steps_done[0][0] for b in batches]

@@ -124,6 +124,25 @@ def test_a_repeated_batch_is_skipped_and_repeated_records_collapse() -> None:
     assert asm.counters.duplicate_records == 2 + 1
 
 
+def test_a_restarted_rank_counting_batches_from_zero_again_is_not_a_duplicate() -> None:
+    """A training process restarted under the same job id numbers its batches from 0
+    again: its new steps must be analysed, not dropped as repeats of old batches."""
+    asm = StepAssembler()
+    for step in (1, 2):
+        for pp in (0, 1):
+            asm.add(make_batch(worker_step(step, pp, 10.0 * step), pp=pp, seq=step - 1), now_ns=0)
+    closed = [
+        s
+        for pp in (0, 1)
+        for s in asm.add(make_batch(worker_step(3, pp, 30.0), pp=pp, seq=0), now_ns=0)
+    ]
+    assert [s.step for s in closed] == [3]
+    assert closed[0].n_ops == 6
+    assert asm.counters.duplicate_batches == 0
+    asm.add(make_batch(worker_step(3, 0, 30.0), pp=0, seq=0), now_ns=0)  # a real repeat
+    assert asm.counters.duplicate_batches == 1
+
+
 def test_declared_op_count_holds_the_step_open_until_all_records_arrived() -> None:
     asm = StepAssembler()
     ops0 = worker_step(1, 0, 0.0)

@@ -128,7 +128,7 @@ def test_batches_stored_before_a_restart_feed_their_step_but_are_not_stored_agai
     batches: list[ReplayedBatch],
 ) -> None:
     first_step = [b for b in batches if b.batch.steps_done[0][0] == 0]
-    stored = frozenset((b.batch.rank, b.batch.batch_seq) for b in first_step[:2])
+    stored = frozenset(b.batch.delivery_key for b in first_step[:2])
     pipeline = Pipeline(assembly=AssemblyConfig(grace_s=1e9), keep_ops=True)
     pipeline.restore("job-st", (2, 2), JobHistory(stored_batches=stored))
     out = Output()
@@ -157,3 +157,21 @@ def test_identity_restored_from_the_store_refuses_a_contradiction(
 def test_step_window_must_fit_the_closed_memory() -> None:
     with pytest.raises(ValueError, match="step_window"):
         AssemblyConfig(step_window=5000, closed_memory=4096)
+
+
+def test_a_restarted_training_process_reusing_a_batch_seq_is_stored(
+    batches: list[ReplayedBatch],
+) -> None:
+    """A stored (rank, batch_seq) of an open step does not hide a batch of another step
+    that a restarted training process numbered the same."""
+    first_step = [b for b in batches if b.batch.steps_done[0][0] == 0]
+    later = [b for b in batches if b.batch.steps_done[0][0] == 1]
+    renumbered = {b.batch.rank: b.batch.batch_seq for b in first_step}
+    stored = frozenset(b.batch.delivery_key for b in first_step)
+    pipeline = Pipeline(assembly=AssemblyConfig(grace_s=1e9), keep_ops=True)
+    pipeline.restore("job-st", (2, 2), JobHistory(stored_batches=stored))
+    out = Output()
+    for b in later:
+        again = dataclasses.replace(b.batch, batch_seq=renumbered[b.batch.rank])
+        out.extend(pipeline.on_message(encode_ops(again), Source("p.ops"), ORIGIN))
+    assert sorted(b.rank for b in out.ops) == sorted(b.batch.rank for b in later)
