@@ -1,0 +1,118 @@
+"""Offline what-if of a 1,024-worker job: wall time and memory per op, in a fresh process.
+
+Run from the repo root:
+
+    .venv/bin/python benchmarks/bench_offline_memory.py --repeat 7
+
+The job: DP 64 x PP 16, 32 microbatches, 1F1B, 8 steps, one straggler: 1,557,504 ops,
+the size of the published straggler artifact's 1,024-worker case (the artifact's source
+is not in this repository; its figures, 11.38 s and 801 MiB, are the recorded ones).
+The trace is generated once into a temporary parquet file. Each run is a new process
+(BLAS single-threaded) that imports rankwatch, reads the file (``rankwatch.traceio``)
+and analyses it (``rankwatch.sim.analyse``), as ``rankwatch whatif`` does; it reports
+the read and analyse wall times and the process's peak RSS (VmHWM). Bytes per op: the peak RSS
+above the RSS after the imports (interpreter, numpy, pyarrow), over the op count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+RUN = """
+import json, re, sys, time
+import pyarrow.parquet  # noqa: F401  (import cost is not part of the figures)
+from rankwatch.traceio import read_trace
+from rankwatch.sim import analyse
+from rankwatch.sim.trace import JobMeta
+
+def hwm():  # VmHWM: this process's own peak (ru_maxrss keeps the parent's across exec)
+    with open("/proc/self/status") as f:
+        return 1024 * int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1))
+
+base = hwm()
+t0 = time.perf_counter()
+trace = read_trace(sys.argv[1])
+t1 = time.perf_counter()
+read_peak = hwm()
+result = analyse(trace, JobMeta(dp_size=64, pp_size=16, vpp_size=1, world_size=1024))
+t2 = time.perf_counter()
+peak = hwm()
+print(json.dumps({"ops": len(trace), "read_s": t1 - t0, "analyse_s": t2 - t1,
+                  "base_rss": base, "read_peak_rss": read_peak, "peak_rss": peak,
+                  "slowdown": float(result.slowdown)}))
+"""
+
+
+def make_trace(path: Path) -> int:
+    from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
+    from rankwatch.traceio import write_trace
+
+    cfg = GenConfig(dp=64, pp=16, microbatches=32, steps=8, stragglers=(Straggler(7, 11, 1.5),))
+    trace, _ = generate_trace(cfg)
+    write_trace(trace, path)
+    return len(trace)
+
+
+def one_run(path: Path) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, str(path)], env=env, check=True, capture_output=True
+    )
+    return json.loads(out.stdout)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    mib = 2**20
+    ops = runs[0]["ops"]
+    return {
+        "ops": ops,
+        "runs": len(runs),
+        "read_s": spread([r["read_s"] for r in runs]),
+        "analyse_s": spread([r["analyse_s"] for r in runs]),
+        "total_s": spread([r["read_s"] + r["analyse_s"] for r in runs]),
+        "base_rss_mib": spread([r["base_rss"] / mib for r in runs]),
+        "read_peak_rss_mib": spread([r["read_peak_rss"] / mib for r in runs]),
+        "peak_rss_mib": spread([r["peak_rss"] / mib for r in runs]),
+        "bytes_per_op": spread([(r["peak_rss"] - r["base_rss"]) / ops for r in runs]),
+        "slowdown": runs[0]["slowdown"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace-1024.parquet"
+        make_trace(path)
+        one_run(path)  # warm-up: page cache, byte-compiled modules
+        result = summary([one_run(path) for _ in range(args.repeat)])
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{result['ops']:,} ops, {result['runs']} runs, load {os.getloadavg()[0]:.2f}")
+    for key in ("read_s", "analyse_s", "total_s"):
+        r = result[key]
+        print(f"  {key:10s} median {r['median']:.3f} s  ({r['min']:.3f}..{r['max']:.3f})")
+    for key in ("base_rss_mib", "read_peak_rss_mib", "peak_rss_mib"):
+        r = result[key]
+        print(f"  {key:18s} median {r['median']:.0f} MiB  ({r['min']:.0f}..{r['max']:.0f})")
+    b = result["bytes_per_op"]
+    print(f"  bytes/op above the imports: {b['median']:.0f} ({b['min']:.0f}..{b['max']:.0f})")
+
+
+if __name__ == "__main__":
+    main()

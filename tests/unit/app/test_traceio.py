@@ -1,0 +1,71 @@
+"""Reading trace files: the same Trace whatever the op-type column's encoding, and a
+one-line error for a column that cannot be op types."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rankwatch.errors import UserError
+from rankwatch.sim.trace import Trace
+from rankwatch.sim.tracegen import GenConfig, generate_trace
+from rankwatch.traceio import read_trace, write_trace
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return generate_trace(GenConfig(dp=2, pp=2, microbatches=2, steps=2))[0]
+
+
+def table_with_optype(trace: Trace, optype: pa.Array) -> pa.Table:
+    columns = trace.columns()
+    columns["optype"] = optype
+    columns["note"] = np.full(len(trace), "ignored")  # a column a trace does not have
+    return pa.table(columns)
+
+
+def assert_same(a: Trace, b: Trace) -> None:
+    for f in fields(Trace):
+        np.testing.assert_array_equal(getattr(a, f.name), getattr(b, f.name), err_msg=f.name)
+        assert getattr(a, f.name).dtype == getattr(b, f.name).dtype, f.name
+
+
+def test_a_written_trace_reads_back_identical(trace: Trace, tmp_path: Path) -> None:
+    write_trace(trace, tmp_path / "t.parquet")
+    assert_same(read_trace(tmp_path / "t.parquet"), trace)
+
+
+@pytest.mark.parametrize("encoding", ["string", "dictionary", "codes", "chunked"])
+def test_every_optype_encoding_gives_the_same_trace(
+    trace: Trace, tmp_path: Path, encoding: str
+) -> None:
+    names = pa.array(trace.optype_names.tolist())
+    optype = {
+        "string": names,
+        "dictionary": names.dictionary_encode(),
+        "codes": pa.array(trace.optype),
+        "chunked": pa.chunked_array([names[:5], names[5:]]),
+    }[encoding]
+    pq.write_table(table_with_optype(trace, optype), tmp_path / "t.parquet", row_group_size=7)
+    assert_same(read_trace(tmp_path / "t.parquet"), trace)
+
+
+def test_an_unknown_op_type_is_named(trace: Trace, tmp_path: Path) -> None:
+    names = trace.optype_names.tolist()
+    names[3] = "teleport"
+    pq.write_table(table_with_optype(trace, pa.array(names)), tmp_path / "t.parquet")
+    with pytest.raises(UserError, match=r"unknown op type.*teleport"):
+        read_trace(tmp_path / "t.parquet")
+
+
+def test_an_empty_op_type_is_an_error(trace: Trace, tmp_path: Path) -> None:
+    names: list[str | None] = list(trace.optype_names.tolist())
+    names[0] = None
+    pq.write_table(table_with_optype(trace, pa.array(names)), tmp_path / "t.parquet")
+    with pytest.raises(UserError, match="optype is empty in 1 row"):
+        read_trace(tmp_path / "t.parquet")
