@@ -202,6 +202,20 @@ def with_flags(config: Config, flags: Mapping[str, Any], origins: Origins | None
     return _apply(config, sections, "flag", {} if origins is None else origins)
 
 
+def service_settings(config: Config, group_suffix: str = "") -> dict[str, Any]:
+    """What every worker's settings take from the shared sections (as keyword
+    arguments): where the broker and the store are, its group, topics and session."""
+    return {
+        "bootstrap": config.kafka.bootstrap,
+        "dsn": config.clickhouse.dsn,
+        "database": config.clickhouse.database or None,
+        "group": f"{config.kafka.group}{group_suffix}",
+        "topic_prefix": config.kafka.topic_prefix,
+        "partitions": config.kafka.partitions,
+        "session_timeout_s": config.kafka.session_timeout_s,
+    }
+
+
 def settings(config: Config, origins: Origins) -> dict[str, dict[str, tuple[Any, str]]]:
     """section -> key -> (value, origin): what ``rankwatch config show`` prints."""
     return {

@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     from faust.worker import Worker
 
-    from rankwatch.config import load_config, with_flags
+    from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.hang.detector import HangConfig
     from rankwatch.streams.hang_worker import HangSettings, build_hang_app
     from rankwatch.topics import make_topics
@@ -60,15 +60,9 @@ def run_worker(args: argparse.Namespace) -> int:
     config = with_flags(load_config(args.config), flags)
     hang = config.hang
     settings = HangSettings(
-        bootstrap=config.kafka.bootstrap,
-        dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database or None,
-        group=f"{config.kafka.group}-hang",
-        topic_prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
+        **service_settings(config, "-hang"),
         tick_s=hang.tick_s,
         offset_reset=hang.offset_reset,
-        session_timeout_s=config.kafka.session_timeout_s,
         hang=HangConfig(k=hang.k, floor_s=hang.floor_s, silent_after_s=hang.silent_after_s),
     )
     prefix = settings.topic_prefix

@@ -207,7 +207,7 @@ def _detect(args: argparse.Namespace) -> int:
 def _worker(args: argparse.Namespace) -> int:
     from faust.worker import Worker
 
-    from rankwatch.config import load_config, with_flags
+    from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.minder.online import OnlineConfig
     from rankwatch.streams.minder_agent import MinderSettings, build_minder_app
     from rankwatch.topics import make_topics
@@ -223,12 +223,7 @@ def _worker(args: argparse.Namespace) -> int:
     config = with_flags(load_config(args.config), flags)
     minder = config.minder
     settings = MinderSettings(
-        bootstrap=config.kafka.bootstrap,
-        dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database or None,
-        group=f"{config.kafka.group}-minder",
-        topic_prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
+        **service_settings(config, "-minder"),
         online=OnlineConfig(
             window_s=minder.window_s,
             stride_s=minder.window_s,
@@ -236,7 +231,6 @@ def _worker(args: argparse.Namespace) -> int:
             threshold=minder.threshold,
         ),
         model_path=minder.model,
-        session_timeout_s=config.kafka.session_timeout_s,
     )
     prefix = settings.topic_prefix
     make_topics(

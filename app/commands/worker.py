@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
         return _health(args)
     from faust.worker import Worker
 
-    from rankwatch.config import load_config, with_flags
+    from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.alerts import AlertConfig
     from rankwatch.streams.worker import WorkerSettings, build_app, topic_names
 
@@ -48,12 +48,7 @@ def run(args: argparse.Namespace) -> int:
     )
     worker = config.worker
     settings = WorkerSettings(
-        bootstrap=config.kafka.bootstrap,
-        dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database or None,
-        group=config.kafka.group,
-        topic_prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
+        **service_settings(config),
         assembly=config.assembly,
         alerts=AlertConfig(fire_at=worker.alert_slowdown, clear_below=worker.alert_clear),
         window=worker.window,
@@ -62,7 +57,6 @@ def run(args: argparse.Namespace) -> int:
         fetch_bytes=worker.fetch_bytes,
         fetch_wait_ms=worker.fetch_wait_ms,
         tick_s=worker.tick_s,
-        session_timeout_s=config.kafka.session_timeout_s,
         commit_interval_s=worker.commit_interval_s,
         status_file=worker.status_file or None,
     )

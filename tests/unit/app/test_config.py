@@ -14,6 +14,7 @@ from rankwatch.config import (
     Config,
     load_config,
     load_config_origins,
+    service_settings,
     settings,
     with_flags,
 )
@@ -120,3 +121,14 @@ def test_the_readme_config_excerpt_is_a_valid_config(tmp_path: Path) -> None:
     config = load_config(path, env={})
     assert config.kafka.bootstrap == "kafka-1:9092,kafka-2:9092"
     assert config.worker.window == 20
+
+
+def test_every_worker_takes_the_shared_settings() -> None:
+    from rankwatch.streams.hang_worker import HangSettings
+    from rankwatch.streams.minder_agent import MinderSettings
+    from rankwatch.streams.worker_state import WorkerSettings
+
+    config = load_config(env={"RANKWATCH_SESSION_TIMEOUT_S": "6", "RANKWATCH_GROUP": "g"})
+    for kind, suffix in ((WorkerSettings, ""), (HangSettings, "-hang"), (MinderSettings, "-m")):
+        settings_ = kind(**service_settings(config, suffix))
+        assert (settings_.group, settings_.session_timeout_s) == (f"g{suffix}", 6.0)
