@@ -169,7 +169,7 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
         print(orjson.dumps(out).decode())
         return 0
     print(f"held out: {', '.join(out['held_out_servers'])} (settings chosen on the others)")
-    for name in ("minder", "minder_peer", "baseline"):
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         r = out[name]["held_out"]
         print(
             f"{name:12s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "

@@ -25,8 +25,10 @@ from numpy.typing import NDArray
 from rankwatch.streams.minder.baseline import fit_reference, mahalanobis, window_means
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.detector import (
+    FUSED,
     MinderConfig,
     MinderModel,
+    calibrate_fused,
     calibrate_thresholds,
     decide,
     fit_peer_scales,
@@ -34,6 +36,7 @@ from rankwatch.streams.minder.detector import (
 )
 from rankwatch.streams.minder.evaluation import event_scores, score, window_labels
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
+from rankwatch.streams.minder.residual import fit_own_baseline
 from rankwatch.streams.minder.similarity import window_starts
 from rankwatch.streams.minder.study import QUANTILES, Group
 
@@ -41,6 +44,7 @@ Bool = NDArray[np.bool_]
 CONTINUITY = (1, 2, 3)
 VOTES = (1, 2, 3)
 VOTE_METRICS = (3, 5, 0)
+FUSE_METRICS = (5, 10, 0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Choice:
     denoise: bool = False
     vote: int = 0
     vote_metrics: int = 0
+    fuse_metrics: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -63,6 +68,8 @@ class Choice:
             out["denoise"] = self.denoise
         if self.vote:
             out.update(vote=self.vote, vote_metrics=self.vote_metrics or "all")
+        if self.fuse_metrics is not None:
+            out.update(fuse_metrics=self.fuse_metrics or "all")
         return out
 
 
@@ -102,6 +109,24 @@ def _minder_candidates(
                 conf, _ = decide(test, fitted, run)
                 name = "minder" if scoring == "pairwise" else "minder_peer"
                 yield Choice(name, q, c, denoise, vote, metrics), conf
+
+
+def _fused_candidates(
+    ctx: Context, model: MinderModel, config: MinderConfig
+) -> Iterator[tuple[Choice, Bool]]:
+    """Residual scoring fused over the most telling metrics, every setting on the grid."""
+    g = ctx.group
+    denoise_options = (False, True) if model.denoisers else (False,)
+    for denoise in denoise_options:
+        cfg = replace(config, scoring="residual", denoise=denoise, fuse=True)
+        train = metric_scores(g.train_MTK, model, cfg)
+        test = metric_scores(g.test_MTK, model, cfg)
+        for q, metrics in ((q, k) for q in QUANTILES for k in FUSE_METRICS):
+            run = replace(cfg, fuse_metrics=metrics)
+            fitted = replace(model, thresholds={FUSED: calibrate_fused(train, model, run, q)})
+            for c in CONTINUITY:
+                conf, _ = decide(test, fitted, replace(run, continuity=c))
+                yield Choice("minder_fused", q, c, denoise, fuse_metrics=metrics), conf
 
 
 def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[Choice, Bool]]:
@@ -144,12 +169,14 @@ def holdout_study(
         model,
         priority=tuple(group.metrics[k] for k in order),
         peer_scale=fit_peer_scales(group.train_MTK, group.metrics, config.floor),
+        own=fit_own_baseline(group.train_MTK, config.floor),
     )
     minutes = 24 * 60 / points_per_day
     results: dict[str, Any] = {}
     for candidates in (
         _minder_candidates(ctx, model, config, "pairwise"),
         _minder_candidates(ctx, model, config, "peer"),
+        _fused_candidates(ctx, model, config),
         _baseline_candidates(ctx, config),
     ):
         choice, dev_f1, pred = _best(ctx, candidates)

@@ -103,7 +103,7 @@ def test_holdout_never_reads_the_held_out_labels_before_scoring() -> None:
     again = holdout_study(
         scrambled, model, config, dev=[0, 1, 2, 3], held=[4, 5], points_per_day=288
     )
-    for name in ("minder", "minder_peer", "baseline"):
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         assert out[name]["chosen"] == again[name]["chosen"]  # chosen without servers 4, 5
         assert out[name]["held_out"]["segments"] == 2
     assert out["minder_peer"]["held_out"]["segments_detected"] == 2
