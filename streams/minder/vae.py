@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from rankwatch.streams.minder.similarity import may_have_gaps
+
 F32 = NDArray[np.float32]
 Arr = NDArray[Any]
 WEIGHT_NAMES = (
@@ -114,7 +116,10 @@ def reconstruct(weights: VaeWeights, x_BLI: F32, block: int = BLOCK) -> F32:
     x = np.asarray(x_BLI, dtype=np.float32)
     out = np.empty(x.shape, dtype=np.float32)
     for start in range(0, x.shape[0], block):
-        out[start : start + block] = _reconstruct_block(prepared, x[start : start + block])
+        # one strided copy from the block's feature-major result straight into place
+        out[start : start + block] = _reconstruct_block(
+            prepared, x[start : start + block]
+        ).transpose(2, 0, 1)
     return out
 
 
@@ -144,6 +149,7 @@ def _prepare(weights: VaeWeights) -> dict[str, Arr]:
 
 
 def _reconstruct_block(p: dict[str, Arr], x_BLI: F32) -> F32:
+    """Windows (B, L, I) -> reconstructions, feature-major (L, I, B)."""
     gate_rows, width = p["enc"].shape
     hidden = gate_rows // 4
     b, length, inputs = x_BLI.shape
@@ -159,7 +165,7 @@ def _reconstruct_block(p: dict[str, Arr], x_BLI: F32) -> F32:
     out_LIB = np.empty((length, p["out_w"].shape[0], b), dtype=np.float32)
     _decode(p, h, gates, out_LIB)
     out_LIB += p["out_b"]
-    return np.ascontiguousarray(out_LIB.transpose(2, 0, 1))
+    return out_LIB
 
 
 def _decode(p: dict[str, Arr], h_enc_HB: Arr, gates_GB: Arr, out_LIB: Arr) -> None:
@@ -189,9 +195,9 @@ def _decode(p: dict[str, Arr], h_enc_HB: Arr, gates_GB: Arr, out_LIB: Arr) -> No
 def _reconstruct_chunks(weights: VaeWeights, chunks_BLI: F32, block: int = BLOCK) -> F32:
     """Reconstruct chunks; a chunk with a missing point (NaN) comes back all NaN: a
     reconstruction from invented values would be compared as if it were measured."""
-    gap_B = np.isnan(chunks_BLI).any(axis=(1, 2))
-    if not gap_B.any():
+    if not may_have_gaps(chunks_BLI):
         return reconstruct(weights, chunks_BLI, block)
+    gap_B = np.isnan(chunks_BLI).any(axis=(1, 2))
     rec = reconstruct(weights, np.nan_to_num(chunks_BLI, nan=0.0), block)
     rec[gap_B] = np.nan
     return rec
