@@ -163,6 +163,9 @@ def holdout_dir(
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
     model = train_model(group.train_MTK, group.metrics, train)
     out = holdout_study(group, model, config, dev, held, 24 * 60 / minutes_per_point)
+    for result in out.values():
+        for seg in result.get("held_out_segments", []) if isinstance(result, dict) else []:
+            seg["server"] = names[seg["server"]]
     out["development_servers"] = [names[i] for i in dev]
     out["held_out_servers"] = list(held_out)
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}

@@ -34,7 +34,12 @@ from rankwatch.streams.minder.detector import (
     fit_peer_scales,
     metric_scores,
 )
-from rankwatch.streams.minder.evaluation import event_scores, score, window_labels
+from rankwatch.streams.minder.evaluation import (
+    event_scores,
+    score,
+    segment_outcomes,
+    window_labels,
+)
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
 from rankwatch.streams.minder.residual import fit_own_baseline
 from rankwatch.streams.minder.similarity import window_starts
@@ -184,10 +189,20 @@ def holdout_study(
         events = event_scores(
             pred, group.label_MT, starts, config.window, ctx.held, group.present_MT, points_per_day
         )
+        outcomes = segment_outcomes(pred, group.label_MT, starts, config.window, ctx.held)
         results[choice.detector] = {
             "chosen": choice.to_json(),
             "dev_window_f1": round(dev_f1, 4),
             "held_out": {"window_f1": round(win.f1, 4), **events.to_json(minutes)},
+            "held_out_segments": [
+                {
+                    "server": m,
+                    "first": first,
+                    "last": last,
+                    "detect_minutes": None if d is None else round(d * minutes, 1),
+                }
+                for m, first, last, d in outcomes
+            ],
         }
     results["priority_top5"] = list(model.priority[:5])
     return results
