@@ -156,17 +156,16 @@ def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choi
     return best
 
 
-def holdout_study(
-    group: Group,
-    model: MinderModel,
-    config: MinderConfig,
-    dev: Sequence[int],
-    held: Sequence[int],
-    points_per_day: float,
-) -> dict[str, Any]:
-    """Pick each detector's settings on ``dev`` servers, score them on ``held`` ones."""
+DETECTORS = ("minder", "minder_peer", "minder_fused", "baseline")
+
+
+def _choose(
+    group: Group, model: MinderModel, config: MinderConfig, dev: Sequence[int]
+) -> tuple[dict[str, tuple[Choice, float, Bool]], MinderModel]:
+    """Every detector's setting chosen on the ``dev`` servers' labels, with its
+    predictions for all servers; and the model with the priority learnt on them."""
     starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
-    ctx = Context(group, starts, config.window, np.asarray(dev), np.asarray(held))
+    ctx = Context(group, starts, config.window, np.asarray(dev), np.zeros(0, dtype=np.int64))
     truth = window_labels(group.label_MT, starts, config.window)
     feats = max_z_features(group.test_MTK, starts, config.window)
     order = rank_metrics(feats, np.asarray(truth[:, ctx.dev].any(axis=1)))
@@ -176,33 +175,81 @@ def holdout_study(
         peer_scale=fit_peer_scales(group.train_MTK, group.metrics, config.floor),
         own=fit_own_baseline(group.train_MTK, config.floor),
     )
-    minutes = 24 * 60 / points_per_day
-    results: dict[str, Any] = {}
+    chosen = {}
     for candidates in (
         _minder_candidates(ctx, model, config, "pairwise"),
         _minder_candidates(ctx, model, config, "peer"),
         _fused_candidates(ctx, model, config),
         _baseline_candidates(ctx, config),
     ):
-        choice, dev_f1, pred = _best(ctx, candidates)
-        win = score(pred, group.label_MT, starts, config.window, ctx.held, group.present_MT)
-        events = event_scores(
-            pred, group.label_MT, starts, config.window, ctx.held, group.present_MT, points_per_day
-        )
-        outcomes = segment_outcomes(pred, group.label_MT, starts, config.window, ctx.held)
-        results[choice.detector] = {
+        best = _best(ctx, candidates)
+        chosen[best[0].detector] = best
+    return chosen, model
+
+
+def _held_out_scores(
+    group: Group, pred: Bool, config: MinderConfig, held: NDArray[np.int64], points_per_day: float
+) -> dict[str, Any]:
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+    minutes = 24 * 60 / points_per_day
+    win = score(pred, group.label_MT, starts, config.window, held, group.present_MT)
+    events = event_scores(
+        pred, group.label_MT, starts, config.window, held, group.present_MT, points_per_day
+    )
+    outcomes = segment_outcomes(pred, group.label_MT, starts, config.window, held)
+    return {
+        "held_out": {"window_f1": round(win.f1, 4), **events.to_json(minutes)},
+        "held_out_segments": [
+            {
+                "server": m,
+                "first": first,
+                "last": last,
+                "detect_minutes": None if d is None else round(d * minutes, 1),
+            }
+            for m, first, last, d in outcomes
+        ],
+    }
+
+
+def holdout_study(
+    group: Group,
+    model: MinderModel,
+    config: MinderConfig,
+    dev: Sequence[int],
+    held: Sequence[int],
+    points_per_day: float,
+) -> dict[str, Any]:
+    """Pick each detector's settings on ``dev`` servers, score them on ``held`` ones."""
+    chosen, model = _choose(group, model, config, dev)
+    results: dict[str, Any] = {}
+    for name, (choice, dev_f1, pred) in chosen.items():
+        results[name] = {
             "chosen": choice.to_json(),
             "dev_window_f1": round(dev_f1, 4),
-            "held_out": {"window_f1": round(win.f1, 4), **events.to_json(minutes)},
-            "held_out_segments": [
-                {
-                    "server": m,
-                    "first": first,
-                    "last": last,
-                    "detect_minutes": None if d is None else round(d * minutes, 1),
-                }
-                for m, first, last, d in outcomes
-            ],
+            **_held_out_scores(group, pred, config, np.asarray(held), points_per_day),
         }
     results["priority_top5"] = list(model.priority[:5])
     return results
+
+
+def rotation_study(
+    group: Group, model: MinderModel, config: MinderConfig, points_per_day: float
+) -> dict[str, Any]:
+    """Each server held out in turn, everything chosen on the others (as
+    :func:`holdout_study` with one held-out server); the held-out predictions of the
+    folds are pooled and scored over all servers. More segments than one split, at the
+    price of the servers' shared anomaly times (``docs/minder.md``)."""
+    m = group.test_MTK.shape[0]
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+    pooled = {name: np.zeros((starts.size, m), dtype=bool) for name in DETECTORS}
+    picks: dict[str, list[dict[str, Any]]] = {name: [] for name in DETECTORS}
+    for h in range(m):
+        chosen, _ = _choose(group, model, config, [j for j in range(m) if j != h])
+        for name, (choice, _, pred) in chosen.items():
+            pooled[name][:, h] = pred[:, h]
+            picks[name].append(choice.to_json())
+    return {
+        name: {"chosen_per_fold": picks[name]}
+        | _held_out_scores(group, pooled[name], config, np.arange(m), points_per_day)
+        for name in DETECTORS
+    }
