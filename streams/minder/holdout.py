@@ -2,13 +2,15 @@
 
 The protocol (``docs/minder.md``, "Evaluation on held-out servers"): the group's
 servers are split into *development* and *held-out* ones before anything is looked
-at. Models, thresholds and peer scales come from the unlabelled train split of all
-servers (as a fleet's history would); the metric priority is learnt from the
-development servers' labelled test windows; each detector's free settings (threshold
-quantile, continuity, denoising, and for the peer variant the vote) are picked from a
+at. Models, thresholds, peer scales and each machine's own peer-residual baseline
+come from the unlabelled train split of all servers (as a fleet's history would); the
+metric priority is learnt from the development servers' labelled test windows; each
+detector's free settings (threshold quantile, continuity, denoising, for the peer
+variant the vote, for the fused one how many metrics are fused) are picked from a
 fixed grid by window F1 on the development servers. Only then are the held-out
 servers scored, once. Detection itself always runs on the whole group: the held-out
 servers' data are peers like any other, their labels are never read before scoring.
+``rotation_study`` does the same with each server held out in turn and pools them.
 
 Legend: M servers, T points, K metrics, N windows.
 """
