@@ -19,7 +19,7 @@ from rankwatch.streams.minder.detector import (
     metric_scores,
 )
 from rankwatch.streams.minder.residual import fit_own_baseline, residual_scores
-from rankwatch.streams.minder.similarity import window_starts
+from rankwatch.streams.minder.similarity import may_have_gaps, window_starts
 
 FLOOR = 0.02
 CONFIG = MinderConfig(window=16, stride=16, continuity=2, denoise=False, scoring="residual")
@@ -103,3 +103,15 @@ def test_residual_scoring_needs_an_own_baseline_of_the_same_machines() -> None:
     own = fit_own_baseline(x[:5], FLOOR)
     with pytest.raises(ValueError, match="knows 5 machines, 8 given"):
         detect(x, MinderModel(metrics=("a", "b", "c"), own=own), CONFIG)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.floats(-1e3, 1e3, width=32), st.just(float("nan"))), min_size=1, max_size=50
+    ),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_the_quick_gap_check_never_misses_a_missing_value(values: list[float], dtype: type) -> None:
+    x = np.asarray(values, dtype=dtype)
+    assert may_have_gaps(x) == bool(np.isnan(x).any())  # finite values: exact either way
