@@ -90,6 +90,31 @@ def farthest(g: Group, dev: list[int], names: list[str]) -> dict[str, dict[str, 
     return out
 
 
+def dev_segments(g: Group, dev: list[int], names: list[str]) -> dict[str, Any]:
+    """Per dev segment: the other dev servers labelled during it (held-out servers'
+    labels are not read), and its peak peer residual (in its own train spread, as
+    ``residual``) over the 99th percentile of the server's unlabelled points, per metric:
+    the best metric's ratio and how many metrics exceed 1."""
+    from rankwatch.streams.minder.evaluation import segments
+
+    z = np.abs(residual_z(g, g.test_MTK))
+    out: dict[str, Any] = {}
+    shared = 0
+    for m in dev:
+        normal = np.nanpercentile(z[m][g.label_MT[m] == 0], 99, axis=0)
+        for a, b in segments(g.label_MT[m]):
+            others = [names[j] for j in dev if j != m and g.label_MT[j, a : b + 1].any()]
+            shared += bool(others)
+            ratio = np.nanmax(z[m, a : b + 1], axis=0) / np.maximum(normal, 1.0)
+            out[f"{names[m]} {a}-{b}"] = {
+                "shared_with": others,
+                "best_metric": g.metrics[int(np.nanargmax(ratio))],
+                "best_ratio": round(float(np.nanmax(ratio)), 2),
+                "metrics_over_1": int((ratio > 1).sum()),
+            }
+    return {"shared_with_another_dev_server": shared, "per_segment": out}
+
+
 def own_history_z(train_MTK: np.ndarray, x_MTK: np.ndarray) -> np.ndarray:
     med = np.nanmedian(train_MTK, axis=1, keepdims=True)
     mad = np.nanmedian(np.abs(train_MTK - med), axis=1, keepdims=True)
@@ -188,6 +213,7 @@ def main() -> None:
         result = {
             "peer_correlation": peer_correlation(g),
             "farthest_from_peers": farthest(g, dev.tolist(), names),
+            "dev_segments": dev_segments(g, dev.tolist(), names),
             "best_dev_window_f1": {
                 "own_history_only": best_dev_f1(
                     g,
