@@ -163,7 +163,29 @@ def holdout_dir(
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
     model = train_model(group.train_MTK, group.metrics, train)
     out = holdout_study(group, model, config, dev, held, 24 * 60 / minutes_per_point)
+    for result in out.values():
+        for seg in result.get("held_out_segments", []) if isinstance(result, dict) else []:
+            seg["server"] = names[seg["server"]]
     out["development_servers"] = [names[i] for i in dev]
     out["held_out_servers"] = list(held_out)
+    out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
+    return out
+
+
+def rotation_dir(directory: Path, train: TrainConfig, minutes_per_point: float) -> dict[str, Any]:
+    """Train on every server's train split, hold out each server in turn and pool
+    (``rankwatch.streams.minder.holdout.rotation_study``)."""
+    from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.holdout import rotation_study
+    from rankwatch.streams.minder_files import load_group
+
+    group, names = load_group(directory)
+    config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
+    model = train_model(group.train_MTK, group.metrics, train)
+    out = rotation_study(group, model, config, 24 * 60 / minutes_per_point)
+    for result in out.values():
+        for seg in result["held_out_segments"]:
+            seg["server"] = names[seg["server"]]
+    out["held_out_servers"] = names
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
     return out

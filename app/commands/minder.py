@@ -46,6 +46,11 @@ def register(subparsers: Any) -> None:
         help="score only these servers, with every setting chosen on the others' labels",
     )
     evaluate.add_argument(
+        "--rotate",
+        action="store_true",
+        help="hold out each server in turn (settings chosen on the others), pool the results",
+    )
+    evaluate.add_argument(
         "--minutes-per-point", type=float, default=5.0, help="sampling step (ASD: 5 minutes)"
     )
     detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
@@ -135,7 +140,9 @@ def _eval(args: argparse.Namespace) -> int:
     from rankwatch.streams.minder_train import evaluate_dir
 
     cfg = _train_config(args)
-    if args.holdout:
+    if args.holdout and args.rotate:
+        raise UserError("--holdout and --rotate exclude each other")
+    if args.holdout or args.rotate:
         return _holdout(args, cfg)
     try:
         out = evaluate_dir(args.dir, cfg)
@@ -158,18 +165,23 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
 
     from rankwatch.errors import UserError
     from rankwatch.streams.minder_files import GroupFileError
-    from rankwatch.streams.minder_train import holdout_dir
+    from rankwatch.streams.minder_train import holdout_dir, rotation_dir
 
     held = [s.strip() for s in args.holdout.split(",") if s.strip()]
     try:
-        out = holdout_dir(args.dir, held, cfg, args.minutes_per_point)
+        if args.rotate:
+            out = rotation_dir(args.dir, cfg, args.minutes_per_point)
+        else:
+            out = holdout_dir(args.dir, held, cfg, args.minutes_per_point)
     except GroupFileError as exc:
         raise UserError(str(exc)) from exc
     if args.format == "json":
         print(orjson.dumps(out).decode())
         return 0
     print(f"held out: {', '.join(out['held_out_servers'])} (settings chosen on the others)")
-    for name in ("minder", "minder_peer", "baseline"):
+    if args.rotate:
+        print("(each in turn; the held-out results of the folds pooled)")
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         r = out[name]["held_out"]
         print(
             f"{name:12s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "

@@ -3,8 +3,9 @@
 No I/O, no clock, no torch: the stream worker and the CLI feed it arrays and read
 arrays back. Modules: ``grid`` (alignment, gap filling, normalisation), ``vae``
 (LSTM-VAE forward pass from exported weights), ``similarity``, ``continuity``,
-``peers`` (peer scoring), ``priority`` (metric order from labelled windows),
-``detector`` (the four together), ``series`` (servers' splits on one timeline),
+``peers`` (peer scoring), ``residual`` (residual scoring, fusing metrics),
+``priority`` (metric order from labelled windows), ``detector`` (the four together),
+``series`` (servers' splits on one timeline),
 ``baseline`` (Mahalanobis), ``evaluation`` (window, point and event scores),
 ``study`` and ``holdout`` (the two evaluation protocols), ``online`` (the live
 monitor: one alert per faulty-machine episode).

@@ -12,7 +12,10 @@ Two choices change that (``MinderConfig``, ``docs/minder.md``): ``scoring="peer"
 scores each machine by its distance from the median machine in units learnt from
 normal data (``peers``) instead of the per-window standardised pairwise distances;
 ``vote=v`` makes a machine a candidate only when v of the most telling metrics agree,
-instead of letting the first metric that confirms decide alone.
+instead of letting the first metric that confirms decide alone. ``scoring="residual"``
+compares each machine's distance from the median machine with its own usual distance
+(``residual``); ``fuse=True`` makes a machine a candidate when the mean score of the
+``fuse_metrics`` most telling metrics exceeds one fused threshold.
 
 Legend: M machines, T grid points, K metrics, N windows.
 """
@@ -29,6 +32,7 @@ from numpy.typing import NDArray
 
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.peers import fit_peer_scale, peer_scores
+from rankwatch.streams.minder.residual import OwnBaseline, fuse, residual_scores
 from rankwatch.streams.minder.similarity import window_scores, window_starts
 from rankwatch.streams.minder.vae import (
     BLOCK,
@@ -39,6 +43,8 @@ from rankwatch.streams.minder.vae import (
 )
 
 F64 = NDArray[np.float64]
+FUSED = "*fused*"
+"""Key of the fused score's threshold in ``MinderModel.thresholds``."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,12 @@ class MinderConfig:
     metrics in priority order exceed their thresholds there (``docs/minder.md``)."""
     vote_metrics: int = 0
     """How many metrics, in priority order, take part in the vote (0: all)."""
+    fuse: bool = False
+    """True: a machine is a candidate in a window when the mean of its scores over the
+    ``fuse_metrics`` first metrics in priority order exceeds ``thresholds[FUSED]``
+    (``residual.fuse``); the metric named is the one it scores highest in."""
+    fuse_metrics: int = 0
+    """How many metrics, in priority order, are fused (0: all)."""
     workers: int = 1
     """Metrics scored at once, on that many threads (numpy releases the GIL in the
     LSTM's and the distances' array work); the result does not depend on it."""
@@ -85,6 +97,9 @@ class MinderModel:
     peer_scale: Mapping[str, float] = field(default_factory=dict)
     """Per metric, how far healthy machines usually lie from the median machine
     (``peers.fit_peer_scale`` on normal data); used by ``scoring="peer"``."""
+    own: OwnBaseline | None = None
+    """Per metric and machine, its usual peer residual (``residual.fit_own_baseline``);
+    used by ``scoring="residual"``."""
 
     def order(self) -> list[int]:
         names = self.priority or self.metrics
@@ -133,6 +148,11 @@ def _scores(
     if config.scoring == "peer":
         scale = model.peer_scale.get(model.metrics[k], config.floor)
         return peer_scores(series_MT, starts, config.window, scale)
+    if config.scoring == "residual":
+        if model.own is None:
+            raise ValueError('scoring="residual" needs MinderModel.own')
+        own = model.own
+        return residual_scores(series_MT, starts, config.window, own.loc_KM[k], own.scale_KM[k])
     if config.scoring != "pairwise":
         raise ValueError(f"unknown scoring {config.scoring!r}")
     return window_scores(series_MT, starts, config.window, config.floor)
@@ -180,21 +200,57 @@ def detect(
             ks = order[i : i + batch]
             done = pool.map(score_metric, ks) if pool is not None else map(score_metric, ks)
             for k, scored in zip(ks, done, strict=True):
-                if config.vote == 0 and config.use_priority and (decided >= 0).all():
+                if _stops_early(config) and (decided >= 0).all():
                     break  # decided before k: k is not reported (as if never computed)
                 scores[k] = scored
-                if config.vote == 0:
+                if _per_metric(config):
                     _decide_metric(scores[k], k, model, config, confirmed, decided)
-            if config.vote == 0 and config.use_priority and (decided >= 0).all():
+            if _stops_early(config) and (decided >= 0).all():
                 break
-    if config.vote > 0:
+    if config.fuse:
+        confirmed, decided = _fused(scores, model, config)
+    elif config.vote > 0:
         confirmed, decided = _vote(scores, model, config)
     return Detection(starts, scores, confirmed, decided)
 
 
+def _per_metric(config: MinderConfig) -> bool:
+    """Each metric confirms machines on its own (neither a vote nor a fused score)."""
+    return config.vote == 0 and not config.fuse
+
+
+def _stops_early(config: MinderConfig) -> bool:
+    """The paper's rule: metrics in priority order, the first that confirms decides."""
+    return _per_metric(config) and config.use_priority
+
+
 def _metrics_to_score(model: MinderModel, config: MinderConfig) -> list[int]:
     order = model.order()
+    if config.fuse:
+        return order[: config.fuse_metrics] if config.fuse_metrics else order
     return order[: config.vote_metrics] if config.vote > 0 and config.vote_metrics else order
+
+
+def fused_scores(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> F64:
+    """(N, M): the mean score over the metrics ``config`` fuses."""
+    return fuse(scores_KNM, _metrics_to_score(model, config))
+
+
+def _fused(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[NDArray, NDArray]:
+    """Candidates: machines whose fused score exceeds the fused threshold; reported once
+    candidates for ``continuity`` windows. The metric named for a window is the one its
+    first reported machine scores highest in."""
+    ks = _metrics_to_score(model, config)
+    fused = np.nan_to_num(fuse(scores_KNM, ks), nan=-np.inf)
+    confirmed = confirm(fused > model.thresholds.get(FUSED, config.threshold), config.continuity)
+    n = confirmed.shape[0]
+    named = np.full(n, -1, dtype=np.int64)
+    rows = np.flatnonzero(confirmed.any(axis=1))
+    if rows.size and ks:
+        first = confirmed[rows].argmax(axis=1)
+        per_metric = np.nan_to_num(scores_KNM[ks][:, rows, first], nan=-np.inf)
+        named[rows] = np.asarray(ks)[per_metric.argmax(axis=0)]
+    return confirmed, named
 
 
 def _vote(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[NDArray, NDArray]:
@@ -235,6 +291,8 @@ def _decide_metric(
 def decide(scores_KNM: F64, model: MinderModel, config: MinderConfig) -> tuple[NDArray, NDArray]:
     """What :func:`detect` reports, from scores already computed for every metric
     (:func:`metric_scores`): (confirmed_NM, metric_N). Cheap, for studies."""
+    if config.fuse:
+        return _fused(scores_KNM, model, config)
     if config.vote > 0:
         confirmed_NM, named_N = _vote(scores_KNM, model, config)
         return confirmed_NM, named_N
@@ -268,3 +326,12 @@ def calibrate_thresholds(
         level = float(np.quantile(scored, quantile)) if scored.size else default
         out[name] = max(level, minimum)
     return out
+
+
+def calibrate_fused(
+    scores_KNM: F64, model: MinderModel, config: MinderConfig, quantile: float
+) -> float:
+    """The given quantile of every machine's fused score over normal windows."""
+    fused = fused_scores(scores_KNM, model, config)
+    scored = fused[np.isfinite(fused)]
+    return float(np.quantile(scored, quantile)) if scored.size else config.threshold

@@ -97,6 +97,25 @@ def delays(
     return found, total
 
 
+def segment_outcomes(
+    pred_NM: Bool,
+    label_MT: NDArray[np.integer],
+    starts: NDArray[np.int64],
+    window: int,
+    servers: NDArray[np.int64],
+) -> list[tuple[int, int, int, int | None]]:
+    """Per labelled segment of the given servers: (server, first, last, delay), the
+    delay in points as in :func:`delays`, None where no reporting window overlaps it."""
+    ends = starts + window - 1
+    out: list[tuple[int, int, int, int | None]] = []
+    for m in servers.tolist():
+        for first, last in segments(label_MT[m]):
+            overlap = (starts <= last) & (ends >= first) & pred_NM[:, m]
+            delay = max(int(ends[np.argmax(overlap)]) - first, 0) if overlap.any() else None
+            out.append((m, first, last, delay))
+    return out
+
+
 def score(
     pred_NM: Bool,
     label_MT: NDArray[np.integer],

@@ -2,13 +2,15 @@
 
 The protocol (``docs/minder.md``, "Evaluation on held-out servers"): the group's
 servers are split into *development* and *held-out* ones before anything is looked
-at. Models, thresholds and peer scales come from the unlabelled train split of all
-servers (as a fleet's history would); the metric priority is learnt from the
-development servers' labelled test windows; each detector's free settings (threshold
-quantile, continuity, denoising, and for the peer variant the vote) are picked from a
+at. Models, thresholds, peer scales and each machine's own peer-residual baseline
+come from the unlabelled train split of all servers (as a fleet's history would); the
+metric priority is learnt from the development servers' labelled test windows; each
+detector's free settings (threshold quantile, continuity, denoising, for the peer
+variant the vote, for the fused one how many metrics are fused) are picked from a
 fixed grid by window F1 on the development servers. Only then are the held-out
 servers scored, once. Detection itself always runs on the whole group: the held-out
 servers' data are peers like any other, their labels are never read before scoring.
+``rotation_study`` does the same with each server held out in turn and pools them.
 
 Legend: M servers, T points, K metrics, N windows.
 """
@@ -25,15 +27,23 @@ from numpy.typing import NDArray
 from rankwatch.streams.minder.baseline import fit_reference, mahalanobis, window_means
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.detector import (
+    FUSED,
     MinderConfig,
     MinderModel,
+    calibrate_fused,
     calibrate_thresholds,
     decide,
     fit_peer_scales,
     metric_scores,
 )
-from rankwatch.streams.minder.evaluation import event_scores, score, window_labels
+from rankwatch.streams.minder.evaluation import (
+    event_scores,
+    score,
+    segment_outcomes,
+    window_labels,
+)
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
+from rankwatch.streams.minder.residual import fit_own_baseline
 from rankwatch.streams.minder.similarity import window_starts
 from rankwatch.streams.minder.study import QUANTILES, Group
 
@@ -41,6 +51,7 @@ Bool = NDArray[np.bool_]
 CONTINUITY = (1, 2, 3)
 VOTES = (1, 2, 3)
 VOTE_METRICS = (3, 5, 0)
+FUSE_METRICS = (5, 10, 0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,7 @@ class Choice:
     denoise: bool = False
     vote: int = 0
     vote_metrics: int = 0
+    fuse_metrics: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -63,6 +75,8 @@ class Choice:
             out["denoise"] = self.denoise
         if self.vote:
             out.update(vote=self.vote, vote_metrics=self.vote_metrics or "all")
+        if self.fuse_metrics is not None:
+            out.update(fuse_metrics=self.fuse_metrics or "all")
         return out
 
 
@@ -104,6 +118,24 @@ def _minder_candidates(
                 yield Choice(name, q, c, denoise, vote, metrics), conf
 
 
+def _fused_candidates(
+    ctx: Context, model: MinderModel, config: MinderConfig
+) -> Iterator[tuple[Choice, Bool]]:
+    """Residual scoring fused over the most telling metrics, every setting on the grid."""
+    g = ctx.group
+    denoise_options = (False, True) if model.denoisers else (False,)
+    for denoise in denoise_options:
+        cfg = replace(config, scoring="residual", denoise=denoise, fuse=True)
+        train = metric_scores(g.train_MTK, model, cfg)
+        test = metric_scores(g.test_MTK, model, cfg)
+        for q, metrics in ((q, k) for q in QUANTILES for k in FUSE_METRICS):
+            run = replace(cfg, fuse_metrics=metrics)
+            fitted = replace(model, thresholds={FUSED: calibrate_fused(train, model, run, q)})
+            for c in CONTINUITY:
+                conf, _ = decide(test, fitted, replace(run, continuity=c))
+                yield Choice("minder_fused", q, c, denoise, fuse_metrics=metrics), conf
+
+
 def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[Choice, Bool]]:
     g = ctx.group
     train_starts = window_starts(g.train_MTK.shape[1], config.window, config.stride)
@@ -126,6 +158,61 @@ def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choi
     return best
 
 
+DETECTORS = ("minder", "minder_peer", "minder_fused", "baseline")
+
+
+def _choose(
+    group: Group, model: MinderModel, config: MinderConfig, dev: Sequence[int]
+) -> tuple[dict[str, tuple[Choice, float, Bool]], MinderModel]:
+    """Every detector's setting chosen on the ``dev`` servers' labels, with its
+    predictions for all servers; and the model with the priority learnt on them."""
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+    ctx = Context(group, starts, config.window, np.asarray(dev), np.zeros(0, dtype=np.int64))
+    truth = window_labels(group.label_MT, starts, config.window)
+    feats = max_z_features(group.test_MTK, starts, config.window)
+    order = rank_metrics(feats, np.asarray(truth[:, ctx.dev].any(axis=1)))
+    model = replace(
+        model,
+        priority=tuple(group.metrics[k] for k in order),
+        peer_scale=fit_peer_scales(group.train_MTK, group.metrics, config.floor),
+        own=fit_own_baseline(group.train_MTK, config.floor),
+    )
+    chosen = {}
+    for candidates in (
+        _minder_candidates(ctx, model, config, "pairwise"),
+        _minder_candidates(ctx, model, config, "peer"),
+        _fused_candidates(ctx, model, config),
+        _baseline_candidates(ctx, config),
+    ):
+        best = _best(ctx, candidates)
+        chosen[best[0].detector] = best
+    return chosen, model
+
+
+def _held_out_scores(
+    group: Group, pred: Bool, config: MinderConfig, held: NDArray[np.int64], points_per_day: float
+) -> dict[str, Any]:
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+    minutes = 24 * 60 / points_per_day
+    win = score(pred, group.label_MT, starts, config.window, held, group.present_MT)
+    events = event_scores(
+        pred, group.label_MT, starts, config.window, held, group.present_MT, points_per_day
+    )
+    outcomes = segment_outcomes(pred, group.label_MT, starts, config.window, held)
+    return {
+        "held_out": {"window_f1": round(win.f1, 4), **events.to_json(minutes)},
+        "held_out_segments": [
+            {
+                "server": m,
+                "first": first,
+                "last": last,
+                "detect_minutes": None if d is None else round(d * minutes, 1),
+            }
+            for m, first, last, d in outcomes
+        ],
+    }
+
+
 def holdout_study(
     group: Group,
     model: MinderModel,
@@ -135,32 +222,36 @@ def holdout_study(
     points_per_day: float,
 ) -> dict[str, Any]:
     """Pick each detector's settings on ``dev`` servers, score them on ``held`` ones."""
-    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
-    ctx = Context(group, starts, config.window, np.asarray(dev), np.asarray(held))
-    truth = window_labels(group.label_MT, starts, config.window)
-    feats = max_z_features(group.test_MTK, starts, config.window)
-    order = rank_metrics(feats, np.asarray(truth[:, ctx.dev].any(axis=1)))
-    model = replace(
-        model,
-        priority=tuple(group.metrics[k] for k in order),
-        peer_scale=fit_peer_scales(group.train_MTK, group.metrics, config.floor),
-    )
-    minutes = 24 * 60 / points_per_day
+    chosen, model = _choose(group, model, config, dev)
     results: dict[str, Any] = {}
-    for candidates in (
-        _minder_candidates(ctx, model, config, "pairwise"),
-        _minder_candidates(ctx, model, config, "peer"),
-        _baseline_candidates(ctx, config),
-    ):
-        choice, dev_f1, pred = _best(ctx, candidates)
-        win = score(pred, group.label_MT, starts, config.window, ctx.held, group.present_MT)
-        events = event_scores(
-            pred, group.label_MT, starts, config.window, ctx.held, group.present_MT, points_per_day
-        )
-        results[choice.detector] = {
+    for name, (choice, dev_f1, pred) in chosen.items():
+        results[name] = {
             "chosen": choice.to_json(),
             "dev_window_f1": round(dev_f1, 4),
-            "held_out": {"window_f1": round(win.f1, 4), **events.to_json(minutes)},
+            **_held_out_scores(group, pred, config, np.asarray(held), points_per_day),
         }
     results["priority_top5"] = list(model.priority[:5])
     return results
+
+
+def rotation_study(
+    group: Group, model: MinderModel, config: MinderConfig, points_per_day: float
+) -> dict[str, Any]:
+    """Each server held out in turn, everything chosen on the others (as
+    :func:`holdout_study` with one held-out server); the held-out predictions of the
+    folds are pooled and scored over all servers. More segments than one split, at the
+    price of the servers' shared anomaly times (``docs/minder.md``)."""
+    m = group.test_MTK.shape[0]
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+    pooled = {name: np.zeros((starts.size, m), dtype=bool) for name in DETECTORS}
+    picks: dict[str, list[dict[str, Any]]] = {name: [] for name in DETECTORS}
+    for h in range(m):
+        chosen, _ = _choose(group, model, config, [j for j in range(m) if j != h])
+        for name, (choice, _, pred) in chosen.items():
+            pooled[name][:, h] = pred[:, h]
+            picks[name].append(choice.to_json())
+    return {
+        name: {"chosen_per_fold": picks[name]}
+        | _held_out_scores(group, pooled[name], config, np.arange(m), points_per_day)
+        for name in DETECTORS
+    }

@@ -63,10 +63,15 @@ def peer_scores(
 ) -> F64:
     """(N, M): RMS of each machine's scaled peer deviation over each window; NaN where
     the machine misses a point of the window."""
-    z = peer_deviation(x_MT) / scale
-    gaps = np.isnan(z)
-    zeros = np.zeros((z.shape[0], 1))
-    sq = np.concatenate([zeros, np.cumsum(np.where(gaps, 0.0, z * z), axis=1)], axis=1)
+    return window_rms(peer_deviation(x_MT) / scale, starts, window)
+
+
+def window_rms(z_MT: F64, starts: NDArray[np.int64], window: int) -> F64:
+    """(N, M): root mean square of each row over each window; NaN where the row misses
+    a point of the window."""
+    gaps = np.isnan(z_MT)
+    zeros = np.zeros((z_MT.shape[0], 1))
+    sq = np.concatenate([zeros, np.cumsum(np.where(gaps, 0.0, z_MT * z_MT), axis=1)], axis=1)
     holes = np.concatenate([zeros, np.cumsum(gaps, axis=1)], axis=1)
     mean_sq = (sq[:, starts + window] - sq[:, starts]) / window
     out = np.sqrt(np.maximum(mean_sq, 0.0))

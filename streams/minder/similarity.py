@@ -75,13 +75,21 @@ def covered(x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int) 
     return np.asarray((gaps[:, starts + window] - gaps[:, starts]) == 0).T
 
 
+def may_have_gaps(x: NDArray[np.floating]) -> bool:
+    """False only when no value is NaN: the sum is NaN if any is (or if +inf and -inf
+    both occur, which then takes the careful path for nothing). One pass and no
+    temporary array, unlike ``np.isnan(x).any()`` (a tenth of a second per detection
+    call at 10,000 machines)."""
+    return bool(np.isnan(np.sum(x, dtype=np.float64 if x.dtype == np.float64 else np.float32)))
+
+
 def window_scores(
     x_MT: NDArray[np.floating], starts: NDArray[np.int64], window: int, floor: float
 ) -> F64:
     """Scores (N, M) of one metric's series over the given windows; NaN for a machine
     not covering a window, and for everyone in a window with too few machines."""
     m = x_MT.shape[0]
-    if np.isnan(x_MT).any():
+    if may_have_gaps(x_MT):
         return _scores_of_covered(x_MT, starts, window, floor)
     if m * m * starts.size <= BATCH_ELEMENTS:
         return _batched_scores(x_MT, starts, window, floor)
@@ -110,20 +118,26 @@ def reference_peers(m: int) -> NDArray[np.int64] | None:
 
 
 def mean_distances_to(w_MW: NDArray[np.floating], ref_R: NDArray[np.int64]) -> F64:
-    """Each machine's mean RMS distance to the reference machines (itself left out)."""
+    """Each machine's mean RMS distance to the reference machines (itself left out).
+
+    All in float32 (the windows are centred first, so nothing large cancels): the
+    -2/W factor rides on the small reference matrix rather than on the (M, R) product,
+    and the row sums are a matrix-vector product, not a float64 reduction (which numpy
+    runs through a slow casting loop); together a third faster at 10,000 machines."""
     width = w_MW.shape[1]
-    w = np.asarray(w_MW - w_MW.mean(axis=0), dtype=np.float32)
-    sq = np.einsum("mw,mw->m", w, w)
-    d2 = w @ w[ref_R].T
-    d2 *= -2.0 / width
-    d2 += sq[:, None] / width
-    d2 += sq[ref_R][None, :] / width
+    # centred on the reference machines' mean (any common shift leaves distances
+    # unchanged; the mean of 128 rows costs nothing beside that of M strided rows)
+    w = np.asarray(w_MW - w_MW[ref_R].mean(axis=0, dtype=np.float32), dtype=np.float32)
+    sq = np.einsum("mw,mw->m", w, w) / np.float32(width)
+    d2 = w @ (w[ref_R].T * np.float32(-2.0 / width))
+    d2 += sq[:, None]
+    d2 += sq[ref_R][None, :]
     np.maximum(d2, 0.0, out=d2)
     np.sqrt(d2, out=d2)
     d2[ref_R, np.arange(ref_R.size)] = 0.0
     count = np.full(w.shape[0], float(ref_R.size))
     count[ref_R] -= 1.0
-    return np.asarray(d2.sum(axis=1, dtype=np.float64) / count)
+    return np.asarray((d2 @ np.ones(ref_R.size, dtype=np.float32)) / count, dtype=np.float64)
 
 
 def _scores_of_covered(

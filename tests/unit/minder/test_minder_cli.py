@@ -55,3 +55,22 @@ def test_train_then_detect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 def test_bad_directory_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["minder", "eval", str(tmp_path)]) == 2
     assert "no omi-*.npz" in capsys.readouterr().err
+
+
+def test_rotate_holds_out_each_server_in_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    group = write_group(tmp_path)
+    args = ["minder", "eval", str(group), "--rotate", "--epochs", "1"]
+    assert main([*args, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["held_out_servers"] == [f"omi-{s}" for s in range(1, 7)]
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
+        assert len(out[name]["chosen_per_fold"]) == 6
+        assert out[name]["held_out"]["segments"] == 1  # omi-3's planted drift
+        assert out[name]["held_out"]["machine_days"] == pytest.approx(6 * 200 / 288, abs=0.01)
+    segment = out["minder_fused"]["held_out_segments"]
+    assert [(s["server"], s["first"], s["last"]) for s in segment] == [("omi-3", 80, 129)]
+    assert main([*args, "--holdout", "omi-1"]) == 2
+    assert "exclude each other" in capsys.readouterr().err

@@ -97,6 +97,8 @@ def test_numpy_forward_equals_torch() -> None:
     with torch.no_grad():
         y, _, _ = net(torch.from_numpy(x), sample=False)
     assert np.abs(y.numpy() - reconstruct(net.export(8), x)).max() < 1e-5
+    for block in (1, 7, 40):  # blocks of any size, a last one partial: the same result
+        assert np.abs(y.numpy() - reconstruct(net.export(8), x, block)).max() < 1e-5
 
 
 def test_threads_do_not_change_the_result() -> None:

@@ -119,7 +119,7 @@ def test_holdout_cli_scores_only_the_named_servers(
     out = json.loads(capsys.readouterr().out)
     assert out["held_out_servers"] == ["omi-5", "omi-6"]
     assert out["development_servers"] == ["omi-1", "omi-2", "omi-3", "omi-4"]
-    for name in ("minder", "minder_peer", "baseline"):
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         held = out[name]["held_out"]
         assert {
             "window_f1",

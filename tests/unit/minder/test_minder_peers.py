@@ -9,7 +9,7 @@ import pytest
 
 from rankwatch.streams.minder import MinderConfig, MinderModel, detect
 from rankwatch.streams.minder.detector import decide, fit_peer_scales, metric_scores
-from rankwatch.streams.minder.evaluation import alarm_episodes, event_scores
+from rankwatch.streams.minder.evaluation import alarm_episodes, event_scores, segment_outcomes
 from rankwatch.streams.minder.holdout import holdout_study
 from rankwatch.streams.minder.peers import fit_peer_scale, peer_deviation, peer_scores
 from rankwatch.streams.minder.serial import model_from_arrays, model_to_arrays
@@ -103,7 +103,22 @@ def test_holdout_never_reads_the_held_out_labels_before_scoring() -> None:
     again = holdout_study(
         scrambled, model, config, dev=[0, 1, 2, 3], held=[4, 5], points_per_day=288
     )
-    for name in ("minder", "minder_peer", "baseline"):
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         assert out[name]["chosen"] == again[name]["chosen"]  # chosen without servers 4, 5
         assert out[name]["held_out"]["segments"] == 2
+        assert [s["server"] for s in out[name]["held_out_segments"]] == [4, 5]
     assert out["minder_peer"]["held_out"]["segments_detected"] == 2
+
+
+def test_segment_outcomes_name_each_segment_and_its_delay() -> None:
+    labels = np.zeros((2, 40), dtype=np.uint8)
+    labels[0, 5:9] = 1  # reported by the window [4, 12): delay 11 - 5 = 6
+    labels[0, 30:33] = 1  # never reported
+    labels[1, 0:20] = 1  # reported by the window [0, 8) as it starts: delay 7
+    starts = window_starts(40, 8, 4)
+    pred = np.zeros((starts.size, 2), dtype=bool)
+    pred[1, 0] = True
+    pred[0, 1] = True
+    out = segment_outcomes(pred, labels, starts, 8, np.array([0, 1]))
+    assert out == [(0, 5, 8, 6), (0, 30, 32, None), (1, 0, 19, 7)]
+    assert segment_outcomes(pred, labels, starts, 8, np.array([1])) == [(1, 0, 19, 7)]
