@@ -6,8 +6,8 @@ become its own yardstick); a value is judged once ``warmup`` of them exist. The 
 (docs/detection.md, section 3, says why these numbers):
 
 ========================  =======================================================
-``flops-drop``            FLOP/s under ``ratio_drop`` x baseline
-``bandwidth-drop``        bus bandwidth under ``ratio_drop`` x baseline
+``flops-drop``            FLOP/s under ``flops_drop`` x baseline
+``bandwidth-drop``        bus bandwidth under ``bandwidth_drop`` x baseline
 ``throughput-drop``       the job's median throughput under ``throughput_drop`` x
                           baseline (judged once per step, rank -1)
 ``void-high``             hidden inter-step share (``v_inter`` less data waits and
@@ -52,10 +52,11 @@ JOB_RANK = -1
 class DetectorConfig:
     window: int = 20
     warmup: int = 5
-    open_after: int = 3
+    open_after: int = 4
     close_after: int = 3
-    ratio_drop: float = 0.6
-    throughput_drop: float = 0.75
+    flops_drop: float = 0.5
+    bandwidth_drop: float = 0.25
+    throughput_drop: float = 0.6
     void_floor: float = 0.15
     void_margin: float = 0.10
     gc_floor: float = 0.05
@@ -180,9 +181,13 @@ class SlowdownDetector:
     def _rank_findings(self, job: _Job, s: Signals) -> list[Finding]:
         c = self.config
         out = []
-        for kind, value in (("flops-drop", s.flops_per_s), ("bandwidth-drop", s.busbw)):
+        drops = (
+            ("flops-drop", s.flops_per_s, c.flops_drop),
+            ("bandwidth-drop", s.busbw, c.bandwidth_drop),
+        )
+        for kind, value, ratio in drops:
             if value is not None:
-                out.append(self._judge(job, kind, s.rank, value, lambda v, b: v < c.ratio_drop * b))
+                out.append(self._judge(job, kind, s.rank, value, _below(ratio)))
         void = max(s.v_hidden, s.v_minority)
         out.append(self._judge(job, "void-high", s.rank, void, _above(c.void_floor, c.void_margin)))
         out.append(
@@ -276,6 +281,10 @@ class SlowdownDetector:
                     )
                 )
         return out
+
+
+def _below(ratio: float) -> Callable[[float, float], bool]:
+    return lambda v, b: v < ratio * b
 
 
 def _above(floor: float, margin: float) -> Callable[[float, float], bool]:

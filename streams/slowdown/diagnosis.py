@@ -102,7 +102,8 @@ def _name(cause: str, everyone: bool) -> str:
 
 
 def _verdict(d: Diagnosis) -> str:
-    who = "every rank" if d.everyone else f"ranks {','.join(map(str, d.ranks))}"
+    plural = "ranks" if len(d.ranks) > 1 else "rank"
+    who = "every rank" if d.everyone else f"{plural} {','.join(map(str, d.ranks))}"
     return f"cause: {d.cause} ({d.kind} on {who})"
 
 
@@ -135,7 +136,7 @@ def _figures(rows: Sequence[Mapping[str, Any]], kind: str, ranks: list[int]) -> 
     if not bad or not good:
         return []
     b, g = statistics.median(bad), statistics.median(good)
-    ratio = f" ({b / g:.2f}x)" if g else ""
+    ratio = f" ({b / g:.3g}x)" if g else ""
     unit = _UNITS[scale]
     return [f"{label}: {g * scale:.3g} {unit} -> {b * scale:.3g} {unit}{ratio} on those ranks"]
 
