@@ -147,6 +147,26 @@ def one_run(cause: Cause, i: int, args: argparse.Namespace, store_dsn: str) -> d
     }
 
 
+def rediagnose(directory: Path) -> list[dict[str, Any]]:
+    """The runs stored under ``directory`` diagnosed again with the current rule (the
+    stored signals and alerts are kept: only the diagnosis changes)."""
+    runs = json.loads((directory / "results.json").read_text())
+    store_dsn = f"chdb://{(directory / 'chdb').resolve()}"
+    by_name = {c.name: c for c in causes(0)}
+    out = []
+    with Store.connect(store_dsn) as store:
+        for run in runs:
+            cause = by_name[run["cause"]]
+            found = diagnose_stored(store, run["job"])
+            assert found is not None
+            if cause.name == "healthy":
+                right = not run["alerts"] and found.kind in ("none", "straggler")
+            else:
+                right = found.cause == cause.expected and found.ranks == cause.ranks
+            out.append({**run, "diagnosis": found.cause, "ranks": found.ranks, "right": right})
+    return out
+
+
 def table(results: list[dict[str, Any]], names: list[str]) -> str:
     lines = [
         "| cause | runs | named right | precision | recall | alerts in its runs |",
@@ -157,15 +177,16 @@ def table(results: list[dict[str, Any]], names: list[str]) -> str:
         expected = next(r for r in mine)["expected"] if mine else ""
         right = sum(r["right"] for r in mine)
         said = [r for r in results if r["diagnosis"] == expected]
-        precision = sum(r["right"] for r in said) / len(said) if said else float("nan")
+        precision = "-"  # healthy: its column is "alerts" (must be none)
+        if name != "healthy" and said:
+            precision = f"{sum(r['right'] and r['cause'] == name for r in said) / len(said):.2f}"
         kinds: dict[str, int] = {}
         for r in mine:
             for a in r["alerts"]:
                 kinds[a] = kinds.get(a, 0) + 1
         shown = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
         lines.append(
-            f"| {name} | {len(mine)} | {right} | {precision:.2f} | {right / len(mine):.2f} "
-            f"| {shown} |"
+            f"| {name} | {len(mine)} | {right} | {precision} | {right / len(mine):.2f} | {shown} |"
         )
     return "\n".join(lines)
 
@@ -179,7 +200,17 @@ def main() -> int:
     parser.add_argument("--first-run", type=int, default=0, help="index (and seed) of run 1")
     parser.add_argument("--dir", type=Path, default=Path("var/study"))
     parser.add_argument("--out", type=Path, default=Path("var/study/results.json"))
+    parser.add_argument(
+        "--rediagnose", type=Path, metavar="DIR", help="diagnose a finished study's runs again"
+    )
     args = parser.parse_args()
+    if args.rediagnose:
+        again = rediagnose(args.rediagnose)
+        print(table(again, list(dict.fromkeys(r["cause"] for r in again))))
+        for r in again:
+            if not r["right"]:
+                print(f"wrong: {r['job']}: {r['diagnosis']} {r['ranks']}")
+        return 0
     selected = [c for c in causes(args.fault_from) if not args.only or c.name in args.only]
     if os.geteuid() != 0 and any(c.name == "network" for c in selected):
         print("not root: the network cause needs a network namespace; skipped")

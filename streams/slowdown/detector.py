@@ -55,7 +55,7 @@ class DetectorConfig:
     open_after: int = 4
     close_after: int = 3
     flops_drop: float = 0.5
-    bandwidth_drop: float = 0.25
+    bandwidth_drop: float = 0.1
     throughput_drop: float = 0.6
     void_floor: float = 0.15
     void_margin: float = 0.10

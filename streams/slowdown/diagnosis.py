@@ -1,10 +1,12 @@
 """What kind of slowdown a job has, in one screen (pure; ``rankwatch diagnose JOB``).
 
 Input: the job's ``rank_signals`` rows (each with the kinds whose episode was open on
-that rank at that step) and, when the what-if ran, its recent slowdown. Each kind is
-scored by the rank-steps it was open on; the cause is the kind with the most, ties going
-to the one earlier in :data:`CAUSES` (a data wait or GC pause lengthens every other
-measure of the step, so the explanation that is not a symptom of another comes first).
+that rank at that step) and, when the what-if ran, its recent slowdown. The cause is the
+first kind of :data:`CAUSES` that had an episode open: an earlier kind can produce the
+later ones as symptoms (a long GC pause on a shared host slows its neighbours' compute;
+a busy step leaves collectives waiting), never the other way round. Counting rank-steps
+instead named "straggler compute" for one GC run out of five in the held-out study
+(``benchmarks/README.md``).
 ``throughput-drop`` is a symptom, never a cause: alone it says "slower, and none of the
 signals says why". With no signal open, a what-if slowdown of 1.10 or more names
 stragglers. The numbers compare the flagged rank-steps with the same ranks' others.
@@ -17,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-CAUSES: tuple[tuple[str, str], ...] = (
+CAUSES: tuple[tuple[str, str], ...] = (  # causes before their symptoms
     ("dataloader-bound", "input pipeline"),
     ("gc-pauses", "GC"),
     ("issue-stall", "issue stalls"),
@@ -25,7 +27,7 @@ CAUSES: tuple[tuple[str, str], ...] = (
     ("bandwidth-drop", "network"),
     ("flops-drop", "compute"),
 )
-"""(alert kind, cause) in tie-break order."""
+"""(alert kind, cause), in the order a diagnosis tries them."""
 STRAGGLER_AT = 1.10
 """What-if slowdown from which stragglers are named when no signal is open."""
 
@@ -72,14 +74,10 @@ def diagnose(
         for kind in row["anomalies"]:
             per = counts.setdefault(kind, {})
             per[int(row["rank"])] = per.get(int(row["rank"]), 0) + 1
-    scored = [
-        (sum(counts[k].values()), -i, k, cause)
-        for i, (k, cause) in enumerate(CAUSES)
-        if k in counts
-    ]
+    first = next(((k, cause) for k, cause in CAUSES if k in counts), None)
     head = _head(job, rows, ranks_all, whatif)
-    if scored:
-        _, _, kind, cause = max(scored)
+    if first is not None:
+        kind, cause = first
         ranks = sorted(counts[kind])
         everyone = ranks == ranks_all and len(ranks_all) > 1
         d = Diagnosis(job, _name(cause, everyone), kind, ranks, everyone)

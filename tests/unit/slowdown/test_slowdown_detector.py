@@ -76,7 +76,7 @@ def test_flapping_does_not_open_an_episode() -> None:
 
 
 def test_the_fault_does_not_become_its_own_baseline() -> None:
-    slow = {"r0": {"busbw": 1e8}, "r1": {"busbw": 1e8}, "r2": {"busbw": 1e8}, "r3": {"busbw": 1e8}}
+    slow = {"r0": {"busbw": 5e7}, "r1": {"busbw": 5e7}, "r2": {"busbw": 5e7}, "r3": {"busbw": 5e7}}
     steps = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 100)]
     alerts = run(SlowdownDetector(), steps)
     assert [(a.kind, a.state, a.ranks) for a in alerts] == [
@@ -109,7 +109,7 @@ def test_diagnosis_names_cause_and_ranks() -> None:
     d = diagnose("j", _rows(compute, SlowdownDetector()))
     assert (d.cause, d.ranks) == ("straggler compute", [1])
     assert "FLOP/s: 100 GFLOP/s -> 30 GFLOP/s (0.3x)" in d.text()
-    slow = {f"r{r}": {"busbw": 1e8} for r in range(4)}
+    slow = {f"r{r}": {"busbw": 5e7} for r in range(4)}
     network = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 20)]
     d = diagnose("j", _rows(network, SlowdownDetector()))
     assert (d.cause, d.ranks, d.everyone) == ("everyone-slow network", [0, 1, 2, 3], True)
@@ -119,3 +119,17 @@ def test_diagnosis_without_signals_falls_back_on_the_whatif() -> None:
     rows = _rows([step(n) for n in range(10)], SlowdownDetector())
     assert diagnose("j", rows).cause == "healthy"
     assert diagnose("j", rows, WhatIf(1.3, 10, "worker 1,0")).cause == "stragglers"
+
+
+def test_a_cause_wins_over_its_symptoms() -> None:
+    """GC pauses on rank 2 that also slow rank 0's and 2's compute (shared cores): GC,
+    even though flops-drop is open on more rank-steps."""
+    gc_run = [step(n) for n in range(10)]
+    slow = {"gc_s": 0.02, "flops_per_s": 3e10}
+    gc_run += [
+        step(n, r0={"flops_per_s": 3e10}, r2=slow if n < 16 else {"flops_per_s": 3e10})
+        for n in range(10, 24)
+    ]
+    d = diagnose("j", _rows(gc_run, SlowdownDetector()))
+    assert (d.cause, d.ranks) == ("GC", [2])
+    assert any(line.startswith("also open: flops-drop") for line in d.lines)
