@@ -29,6 +29,7 @@ Run it under the measurement lock::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -41,6 +42,9 @@ from typing import Any
 from rankwatch.commands.diagnose import diagnose_stored
 from rankwatch.commands.workload import run_embedded_workload
 from rankwatch.hooks.workload.config import WorkloadConfig
+from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
+from rankwatch.streams.slowdown.diagnosis import diagnose
+from rankwatch.streams.slowdown.signals import Signals
 from rankwatch.streams.store import Store
 
 NETNS, VETH, PEER = "rwstudy", "rwv0", "rwv1"
@@ -167,6 +171,47 @@ def rediagnose(directory: Path) -> list[dict[str, Any]]:
     return out
 
 
+def replay(directory: Path, config: DetectorConfig) -> list[dict[str, Any]]:
+    """The runs stored under ``directory`` judged again from their stored signals by a
+    detector with ``config`` (to compare rules on runs already made, without new ones)."""
+    runs = json.loads((directory / "results.json").read_text())
+    store_dsn = f"chdb://{(directory / 'chdb').resolve()}"
+    by_name = {c.name: c for c in causes(0)}
+    fields = [f.name for f in dataclasses.fields(Signals) if f.name != "start_ns"]
+    out = []
+    with Store.connect(store_dsn) as store:
+        for run in runs:
+            cause = by_name[run["cause"]]
+            rows = store.query(
+                f"SELECT {', '.join(fields)}, toUnixTimestamp64Nano(time) AS start_ns"
+                " FROM rank_signals FINAL WHERE job = {job:String} ORDER BY step, rank",
+                {"job": run["job"]},
+            )
+            detector, judged, alerts = SlowdownDetector(config), [], []
+            for step in sorted({r["step"] for r in rows}):
+                signals = [Signals(**r) for r in rows if r["step"] == step]
+                open_now, fired = detector.observe(signals)
+                alerts += [
+                    f"{a.kind}[{','.join(map(str, a.ranks))}]" for a in fired if a.state == "firing"
+                ]
+                judged += [{**vars(s), "anomalies": open_now.get(s.rank, [])} for s in signals]
+            found = diagnose(run["job"], judged)
+            if cause.name == "healthy":
+                right = not alerts
+            else:
+                right = found.cause == cause.expected and found.ranks == cause.ranks
+            out.append(
+                {
+                    **run,
+                    "diagnosis": found.cause,
+                    "ranks": found.ranks,
+                    "right": right,
+                    "alerts": alerts,
+                }
+            )
+    return out
+
+
 def table(results: list[dict[str, Any]], names: list[str]) -> str:
     lines = [
         "| cause | runs | named right | precision | recall | alerts in its runs |",
@@ -203,7 +248,23 @@ def main() -> int:
     parser.add_argument(
         "--rediagnose", type=Path, metavar="DIR", help="diagnose a finished study's runs again"
     )
+    parser.add_argument(
+        "--replay",
+        type=Path,
+        nargs="*",
+        metavar="DIR",
+        help="judge finished studies' stored signals again with --config",
+    )
+    parser.add_argument("--config", default="{}", help="DetectorConfig fields as JSON")
     args = parser.parse_args()
+    if args.replay:
+        config = DetectorConfig(**json.loads(args.config))
+        again = [r for d in args.replay for r in replay(d, config)]
+        print(table(again, list(dict.fromkeys(r["cause"] for r in again))))
+        for r in again:
+            if not r["right"]:
+                print(f"wrong: {r['job']}: {r['diagnosis']} {r['ranks']} {r['alerts']}")
+        return 0
     if args.rediagnose:
         again = rediagnose(args.rediagnose)
         print(table(again, list(dict.fromkeys(r["cause"] for r in again))))

@@ -19,8 +19,9 @@ become its own yardstick); a value is judged once ``warmup`` of them exist. The 
                           ``issue_floor_us`` over it (GPU only)
 ========================  =======================================================
 
-Episodes: a rank's episode of a kind opens after ``open_after`` anomalous steps in a row
-and closes after ``close_after`` normal ones. One alert per job and kind: it fires when
+Episodes: a rank's episode of a kind opens once ``open_after`` of its last
+``open_within`` steps were anomalous and closes after ``close_after`` normal ones in a
+row. One alert per job and kind: it fires when
 the first rank opens and resolves when the last one closes; its ``alert_id`` names the
 job, the kind and the step it fired at.
 """
@@ -52,9 +53,12 @@ JOB_RANK = -1
 class DetectorConfig:
     window: int = 20
     warmup: int = 5
-    open_after: int = 4
+    open_after: int = 5
+    open_within: int = 5
+    """An episode opens once ``open_after`` of the last ``open_within`` steps were
+    anomalous (5 of 5: five in a row)."""
     close_after: int = 3
-    flops_drop: float = 0.5
+    flops_drop: float = 0.55
     bandwidth_drop: float = 0.1
     throughput_drop: float = 0.6
     void_floor: float = 0.15
@@ -83,7 +87,9 @@ class _Track:
     """One (rank, signal) series: its healthy history and its episode state."""
 
     history: deque[float]
-    run: int = 0  # anomalous steps in a row (or normal ones while open)
+    recent: deque[bool]
+    """Whether each of the latest steps was anomalous (while closed)."""
+    run: int = 0  # normal steps in a row while open
     open: bool = False
 
 
@@ -225,7 +231,9 @@ class SlowdownDetector:
     ) -> Finding | None:
         track = job.tracks.get((kind, rank))
         if track is None:
-            track = job.tracks[(kind, rank)] = _Track(deque(maxlen=self.config.window))
+            track = job.tracks[(kind, rank)] = _Track(
+                deque(maxlen=self.config.window), deque(maxlen=self.config.open_within)
+            )
         if len(track.history) < self.config.warmup:
             track.history.append(value)
             return None
@@ -239,9 +247,10 @@ class SlowdownDetector:
         c = self.config
         track = job.tracks[(f.kind, f.rank)]
         if not track.open:
-            track.run = track.run + 1 if f.anomalous else 0
-            if track.run >= c.open_after:
+            track.recent.append(f.anomalous)
+            if sum(track.recent) >= c.open_after:
                 track.open, track.run = True, 0
+                track.recent.clear()
             elif not f.anomalous:
                 track.history.append(f.value)
         else:

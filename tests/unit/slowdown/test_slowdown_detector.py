@@ -59,10 +59,10 @@ def test_one_episode_one_alert_naming_the_rank() -> None:
     steps += [step(n) for n in range(20, 30)]
     alerts = run(SlowdownDetector(), steps)
     assert [(a.kind, a.state, a.step, a.ranks) for a in alerts] == [
-        ("flops-drop", "firing", 13, (1,)),  # fourth anomalous step in a row
+        ("flops-drop", "firing", 14, (1,)),  # fifth anomalous step in a row
         ("flops-drop", "resolved", 22, (1,)),  # third normal one
     ]
-    assert alerts[0].alert_id == alerts[1].alert_id == "flops-drop:j:13"
+    assert alerts[0].alert_id == alerts[1].alert_id == "flops-drop:j:14"
     message = alerts[0].message()
     assert message["version"] == 2 and message["evidence"]["value"] == 3e10
     assert message["evidence"]["baseline"] == 1e11
@@ -71,7 +71,7 @@ def test_one_episode_one_alert_naming_the_rank() -> None:
 def test_flapping_does_not_open_an_episode() -> None:
     slow = {"r1": {"flops_per_s": 3e10}}
     steps = [step(n) for n in range(10)]
-    steps += [step(n, **slow) if n % 4 else step(n) for n in range(10, 40)]  # 3 in a row
+    steps += [step(n, **slow) if n % 5 else step(n) for n in range(10, 40)]  # 4 in a row
     assert run(SlowdownDetector(), steps) == []
 
 
