@@ -1,9 +1,10 @@
 """The slowdown signals end to end: the real gloo workload (hooks writing ops v2),
 the ops pipeline into real chDB, and ``rankwatch diagnose`` reading it back.
 
-One rank is throttled from step 12 (extra matmuls inside its forward): its FLOP/s drops,
-one ``flops-drop`` alert names it (the job may also be slower: ``throughput-drop``), and the diagnosis says ``straggler compute`` on that
-rank; every rank has a signals row for every step with FLOP/s and bus bandwidth.
+One rank is throttled from step 12 (extra matmuls inside its forward): its FLOP/s
+drops, one ``flops-drop`` alert names it (the job may also be slower:
+``throughput-drop``), and the diagnosis says ``straggler compute`` on that rank; every
+rank has a signals row for every step with FLOP/s and bus bandwidth.
 """
 
 from __future__ import annotations
