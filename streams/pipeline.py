@@ -236,6 +236,8 @@ class Pipeline:
             restore(history.analysed)
         if self.alerts is not None:
             self.alerts.restore(job, history.slowdowns, history.open_alert, history.leaders)
+        if self.slowdown is not None:
+            self.slowdown.restore(history.signals, history.slowdown_alerts)
 
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
@@ -324,6 +326,11 @@ class JobHistory:
     """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
     leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
     """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
+    signals: list[tuple[list[Signals], dict[int, list[str]]]] = field(default_factory=list)
+    """The latest stored steps' slowdown signals, oldest first, each with the kinds open
+    per rank (``rank_signals.anomalies``): the slowdown detector's history."""
+    slowdown_alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The job's slowdown alerts whose latest stored state is firing (alert messages)."""
     stored_batches: frozenset[tuple[int, int]] = frozenset()
     """(rank, batch_seq) of the batches whose records are stored for steps not closed
     yet: re-read after a restart, they feed their steps but are not stored again."""

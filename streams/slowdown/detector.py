@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,6 +165,37 @@ class SlowdownDetector:
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
 
+    def restore(
+        self,
+        steps: Sequence[tuple[Sequence[Signals], Mapping[int, Sequence[str]]]],
+        firing: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """A job's state after a restart, from what was stored: its latest steps'
+        signals with the kinds open on each rank (oldest first), and its slowdown alerts
+        still firing (alert messages). Baselines are rebuilt by judging the stored steps
+        again (alerts discarded); then each episode is set open exactly where the last
+        stored step had it open, and each firing alert is held as it was sent, so no
+        second firing alert goes out and its resolved one keeps its ``alert_id``."""
+        if not steps:
+            return
+        name = steps[0][0][0].job
+        self.forget(name)
+        for signals, _ in steps:
+            self.observe(signals)
+        job = self._jobs[name]
+        last_signals, last_open = steps[-1]
+        ranks = {s.rank for s in last_signals} | {JOB_RANK}
+        for (kind, rank), track in job.tracks.items():
+            if rank in ranks:
+                track.open = kind in last_open.get(rank, ())
+                track.run = 0
+                track.recent.clear()
+        job.alerts = {a["kind"]: _held(a) for a in firing if a["kind"] in KINDS}
+        for kind, alert in job.alerts.items():  # job-level episodes live in alerts only
+            held = job.tracks.get((kind, JOB_RANK))
+            if held is not None and JOB_RANK in alert.ranks:
+                held.open = True
+
     def observe(
         self, signals: Sequence[Signals]
     ) -> tuple[dict[int, list[str]], list[SlowdownAlert]]:
@@ -290,6 +321,20 @@ class SlowdownDetector:
                     )
                 )
         return out
+
+
+def _held(message: Mapping[str, Any]) -> SlowdownAlert:
+    """A stored firing alert back as the one the detector holds."""
+    e = dict(message["evidence"])
+    return SlowdownAlert(
+        message["job"],
+        message["kind"],
+        "firing",
+        int(e["fired_at_step"]),
+        int(message["ts_ns"]),
+        tuple(e["ranks"]),
+        e,
+    )
 
 
 def _below(ratio: float) -> Callable[[float, float], bool]:

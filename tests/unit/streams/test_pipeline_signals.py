@@ -11,7 +11,8 @@ from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import encode_ops
 from rankwatch.schemas.codec import decode
 from rankwatch.schemas.examples import T0_NS, rank_step
-from rankwatch.streams.pipeline import Output, Pipeline, Source
+from rankwatch.streams.pipeline import JobHistory, Output, Pipeline, Source
+from rankwatch.streams.slowdown.signals import Signals
 
 MS = 1_000_000
 SRC = Source("rankwatch.ops")
@@ -41,6 +42,7 @@ def message(rank: int, step: int, flops: float, version: int = 2) -> bytes:
 
 
 def feed(pipeline: Pipeline, steps: range, slow: set[int], version: int = 2) -> Output:
+    """Both ranks' closing message of each step; rank 1 at 1/8 the FLOPs in ``slow``."""
     out = Output()
     for step in steps:
         for rank in (0, 1):
@@ -69,3 +71,33 @@ def test_signals_rows_and_one_alert_per_episode() -> None:
     signals = [m for k, _, m in out.messages if k == "signals"]
     assert all(decode("signals", orjson.dumps(m)) == m for m in signals)
     assert [m["anomalies"] for m in signals if m["step"] == 16] == [[], ["flops-drop"]]
+
+
+def _history(out: Output) -> JobHistory:
+    """What the store would give a restarted worker (rank_signals rows, firing alerts)."""
+    steps: dict[int, tuple[list[Signals], dict[int, list[str]]]] = {}
+    for row in out.rows["rank_signals"]:
+        fields = {k: v for k, v in row.items() if k not in ("time", "anomalies", "version")}
+        signals, open_now = steps.setdefault(row["step"], ([], {}))
+        signals.append(Signals(**fields, start_ns=0))
+        if row["anomalies"]:
+            open_now[row["rank"]] = row["anomalies"]
+    alerts = {m["alert_id"]: m for k, _, m in out.messages if k == "alerts"}
+    firing = [m for m in alerts.values() if m["state"] == "firing"]
+    return JobHistory(signals=[steps[s] for s in sorted(steps)], slowdown_alerts=firing)
+
+
+def _alerts(out: Output) -> list[tuple[str, str, str]]:
+    return [(m["kind"], m["state"], m["alert_id"]) for k, _, m in out.messages if k == "alerts"]
+
+
+def test_a_restarted_pipeline_keeps_the_open_episode() -> None:
+    """Killed after the alert fired (step 16), restored from the stored rows: no second
+    firing alert, and the resolved one has the first one's id, as uninterrupted."""
+    slow = set(range(12, 20))
+    whole = _alerts(feed(Pipeline(), range(30), slow))
+    before = feed(Pipeline(), range(18), slow)
+    after = Pipeline()
+    after.restore("j", (2, 1), _history(before))
+    assert _alerts(before) + _alerts(feed(after, range(18, 30), slow)) == whole
+    assert [state for _, state, _ in whole] == ["firing", "resolved"]
