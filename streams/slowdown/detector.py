@@ -173,9 +173,10 @@ class SlowdownDetector:
         """A job's state after a restart, from what was stored: its latest steps'
         signals with the kinds open on each rank (oldest first), and its slowdown alerts
         still firing (alert messages). Baselines are rebuilt by judging the stored steps
-        again (alerts discarded); then each episode is set open exactly where the last
-        stored step had it open, and each firing alert is held as it was sent, so no
-        second firing alert goes out and its resolved one keeps its ``alert_id``."""
+        again (alerts discarded), which also rebuilds the run toward an episode not open
+        yet; then each episode is set open exactly where the last stored step had it,
+        and each firing alert is held as it was sent, so no second firing alert goes out
+        and its resolved one keeps its ``alert_id``."""
         if not steps:
             return
         name = steps[0][0][0].job
@@ -186,9 +187,9 @@ class SlowdownDetector:
         last_signals, last_open = steps[-1]
         ranks = {s.rank for s in last_signals} | {JOB_RANK}
         for (kind, rank), track in job.tracks.items():
-            if rank in ranks:
-                track.open = kind in last_open.get(rank, ())
-                track.run = 0
+            stored = kind in last_open.get(rank, ())
+            if rank in ranks and track.open != stored:  # the stored verdict wins
+                track.open, track.run = stored, 0
                 track.recent.clear()
         job.alerts = {a["kind"]: _held(a) for a in firing if a["kind"] in KINDS}
         for kind, alert in job.alerts.items():  # job-level episodes live in alerts only

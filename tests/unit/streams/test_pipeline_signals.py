@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import encode_ops
@@ -91,13 +92,15 @@ def _alerts(out: Output) -> list[tuple[str, str, str]]:
     return [(m["kind"], m["state"], m["alert_id"]) for k, _, m in out.messages if k == "alerts"]
 
 
-def test_a_restarted_pipeline_keeps_the_open_episode() -> None:
-    """Killed after the alert fired (step 16), restored from the stored rows: no second
-    firing alert, and the resolved one has the first one's id, as uninterrupted."""
+@pytest.mark.parametrize("killed_after", [14, 18, 21])
+def test_a_restarted_pipeline_alerts_as_an_uninterrupted_one(killed_after: int) -> None:
+    """Killed three steps into the fault (before the episode opens), after the alert
+    fired (step 16), or as it was closing; restored from the stored rows: the same
+    alerts, one firing and one resolved with the same id, as an uninterrupted run."""
     slow = set(range(12, 20))
     whole = _alerts(feed(Pipeline(), range(30), slow))
-    before = feed(Pipeline(), range(18), slow)
+    before = feed(Pipeline(), range(killed_after), slow)
     after = Pipeline()
     after.restore("j", (2, 1), _history(before))
-    assert _alerts(before) + _alerts(feed(after, range(18, 30), slow)) == whole
+    assert _alerts(before) + _alerts(feed(after, range(killed_after, 30), slow)) == whole
     assert [state for _, state, _ in whole] == ["firing", "resolved"]
