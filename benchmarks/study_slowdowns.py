@@ -15,6 +15,9 @@ Causes:
   pair, so the DP gradient all-reduce of both stages crosses it; from the fault step the
   veth is rate-limited with ``tc tbf`` both ways (netem is not available here; loopback
   and eth0 are never shaped): expected ``everyone-slow network`` on every rank.
+- ``link``: only rank 3 behind the veth: stage 1's DP all-reduce (ranks 2 and 3) and
+  the 1 <-> 3 pipeline link cross it: expected ``straggler network`` on ranks 2 and 3
+  (stage 0's all-reduce stays on loopback).
 - ``gc``: rank 2 triggers a full collection of a 30k-object cyclic graph inside each
   forward: expected ``GC`` on rank 2.
 - ``cpu``: every rank does 30 ms of untimed CPU work between steps: ``hidden CPU work``.
@@ -74,10 +77,12 @@ def causes(fault_from: int) -> list[Cause]:
         "master_addr": ADDR,
         "shape_cmd": shape,
     }
+    link = {**network, "netns_ranks": "3"}
     return [
         Cause("healthy", {}, "healthy"),
         Cause("compute", {"slow_rank": 1, "slow_matmuls": 4}, "straggler compute", [1]),
         Cause("network", network, "everyone-slow network", ALL),
+        Cause("link", link, "straggler network", [2, 3]),
         Cause("gc", {"gc_rank": 2, "gc_live": 30_000}, "GC", [2]),
         Cause("cpu", {"inter_s": 0.03}, "hidden CPU work", ALL),
         Cause("data", {"data_wait_s": 0.03}, "input pipeline", ALL),
@@ -122,7 +127,7 @@ def one_run(cause: Cause, i: int, args: argparse.Namespace, store_dsn: str) -> d
     try:
         run_embedded_workload(cfg, args.dir / job, skip_steps=2, dsn=store_dsn)
     finally:
-        if cause.name == "network":
+        if cause.name in ("network", "link"):
             net_unshape()
         shutil.rmtree(args.dir / job, ignore_errors=True)
     with Store.connect(store_dsn) as store:
@@ -273,15 +278,15 @@ def main() -> int:
                 print(f"wrong: {r['job']}: {r['diagnosis']} {r['ranks']}")
         return 0
     selected = [c for c in causes(args.fault_from) if not args.only or c.name in args.only]
-    if os.geteuid() != 0 and any(c.name == "network" for c in selected):
-        print("not root: the network cause needs a network namespace; skipped")
-        selected = [c for c in selected if c.name != "network"]
+    if os.geteuid() != 0 and any(c.name in ("network", "link") for c in selected):
+        print("not root: the network causes need a network namespace; skipped")
+        selected = [c for c in selected if c.name not in ("network", "link")]
     args.dir.mkdir(parents=True, exist_ok=True)
     store_dsn = f"chdb://{(args.dir / 'chdb').resolve()}"
     with Store.connect(store_dsn) as store:
         store.migrate()
     results = []
-    if any(c.name == "network" for c in selected):
+    if any(c.name in ("network", "link") for c in selected):
         net_up()
     try:
         for i in range(args.first_run, args.first_run + args.runs):
