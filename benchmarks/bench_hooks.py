@@ -11,6 +11,11 @@ Cases:
   training thread (median over repeats, and min..max), next to an empty ``with
   nullcontext()`` loop (the floor) and the switched-off hooks (``NOOP``).
 - ``publish``: the publisher thread's cost per record (orjson encoding of batches).
+- ``signals``: the calls the slowdown signals add on the training thread
+  (``work``, ``comm``, ``samples``, ``note_gc``, ``note_data_wait``, ns per call) and
+  per step (``step_begin`` + ``step_end`` with its notes, no op in the step), and
+  the publisher's per-step summary (sums, union of op intervals, the rank_steps item)
+  of a 20-op step.
 - ``workload``: the real gloo PP 2 x DP 2 job (hooks/workload), hooks on vs off,
   alternating jobs; median step time of each job (first two steps dropped: handshakes)
   and the median over jobs with min..max; plus a bound that does not drown in noise:
@@ -87,6 +92,66 @@ def publish_ns_per_record(n: int = 20_000, repeat: int = 5) -> dict[str, float]:
     return _spread(runs)
 
 
+def signal_calls_ns(n: int = 100_000, repeat: int = 5) -> dict[str, Any]:
+    """ns per call of the signal notes on the training thread, and per step summary."""
+    rw = RankWatch(IDENT, SinkTransport(lambda kind, value: None), start=False)
+    rw.step_begin(0)
+    calls = {
+        "work": lambda: rw.work("forward-compute", 1.5e9),
+        "comm": lambda: rw.comm("grads-reduce-scatter", 4096, 2, "all-reduce"),
+        "samples": lambda: rw.samples(16),
+        "note_gc": lambda: rw.note_gc(1000),
+        "note_data_wait": lambda: rw.note_data_wait(1000),
+    }
+    out: dict[str, Any] = {}
+    for name, call in calls.items():
+        runs = []
+        for _ in range(repeat):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                call()
+            runs.append((time.perf_counter_ns() - t0) / n - _loop_ns(n))
+        out[name] = _spread(runs)
+    steps = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        for s in range(n // 10):
+            rw.step_begin(s)
+            rw.step_end()
+        steps.append((time.perf_counter_ns() - t0) / (n // 10))
+        rw.buffer.take_all()
+    out["step_begin+step_end"] = _spread(steps)
+    out["publisher_summary_per_step"] = _summary_ns(repeat)
+    return out
+
+
+def _loop_ns(n: int) -> float:
+    """The bare loop with a lambda call (subtracted: it is not the hooks' cost)."""
+    f = lambda: None  # noqa: E731
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        f()
+    return (time.perf_counter_ns() - t0) / n
+
+
+def _summary_ns(repeat: int, steps: int = 2000) -> dict[str, float]:
+    from rankwatch.hooks.signals import StepNotes, StepSummaries
+
+    runs = []
+    for _ in range(repeat):
+        book = StepSummaries()
+        t0 = time.perf_counter_ns()
+        for s in range(steps):
+            records = [
+                (s, "forward-compute", i, i, 0, 0, s * 10**8 + i * 10**5, 90_000) for i in range(20)
+            ]
+            book.add_records(records)
+            book.add_notes([StepNotes().close(s, s * 10**8 + 10**7, None)])
+            book.pop(s)
+        runs.append((time.perf_counter_ns() - t0) / steps)
+    return _spread(runs)
+
+
 def workload(jobs: int, steps: int) -> dict[str, Any]:
     from rankwatch.hooks.workload.config import WorkloadConfig
     from rankwatch.hooks.workload.launch import run_job
@@ -150,11 +215,25 @@ def main() -> None:
         "op_ns_publisher_paused": per_op_ns(args.ops, args.repeat, publisher=False),
     }
     report["publish_ns_per_record"] = publish_ns_per_record()
+    report["signals_ns"] = signal_calls_ns()
     if args.jobs:
         report["workload"] = w = workload(args.jobs, args.steps)
         per_op = report["op_ns"]["hooks on"]["thread_cpu"]["median"]  # the whole op, floor in
         bound = w["ops_per_rank_per_step"] * per_op / 1e9 / w["step_s_hooks_off"]["median"]
         w["bound_fraction_of_step"] = bound
+        sig = report["signals_ns"]
+        # per step and rank in the workload: 2 work, 1 comm, 1 samples, ~2 GC pauses
+        # (the manual collect), 1 data wait, one step_begin/step_end
+        extra = (
+            2 * sig["work"]["median"]
+            + sig["comm"]["median"]
+            + sig["samples"]["median"]
+            + 2 * sig["note_gc"]["median"]
+            + sig["note_data_wait"]["median"]
+            + sig["step_begin+step_end"]["median"]
+        )
+        w["signals_ns_per_step"] = extra
+        w["bound_with_signals"] = bound + extra / 1e9 / w["step_s_hooks_off"]["median"]
         report["workload_in_job"] = workload_in_job(args.jobs, 2 * args.steps)
     print(json.dumps(report, indent=2))
 

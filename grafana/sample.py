@@ -70,6 +70,7 @@ def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
     steps = sorted({int(s) for s in trace.step.tolist()})
     open_hang = _run_hangs(store, job, hosts, origin, steps)
     _fill_machines(store, job, hosts, at, now_ns)
+    _fill_signals(store, job, hosts, origin, now_ns)
     _fill_alerts(store, job, at)
     return Sample(job, len(steps), 1, world, steps[0], steps[-1], open_hang)
 
@@ -221,6 +222,45 @@ def _fill_machines(store: Store, job: str, hosts: list[str], at: datetime, versi
             },
         ],
     )
+
+
+def _fill_signals(store: Store, job: str, hosts: list[str], origin: int, version: int) -> None:
+    """Per-rank slowdown signals of 4 ranks over 40 steps, rank 1's FLOP/s dropping from
+    step 20 (the ``rank_signals`` rows the pipeline writes from ops v2 summaries)."""
+    from rankwatch.schemas.tables import CONTRACTS
+
+    rows = []
+    for step in range(40):
+        for rank in range(4):
+            slow = rank == 1 and step >= 20
+            rows.append(
+                CONTRACTS["rank_signals"].row(
+                    {
+                        "job": job,
+                        "step": step,
+                        "rank": rank,
+                        "host": hosts[rank % len(hosts)],
+                        "dp_rank": rank % 2,
+                        "pp_rank": rank // 2,
+                        "start_ns": origin + step * 10 * NS,
+                        "t_step": 1.3 if slow else 1.0,
+                        "t_inter": 0.02,
+                        "v_inter": 0.02,
+                        "v_minority": 0.05,
+                        "throughput": 64.0,
+                        "flops_per_s": 1.2e14 if slow else 3.0e14,
+                        "busbw": 9.0e10,
+                        "gc_s": 0.003,
+                        "gc_count": 1,
+                        "data_wait_s": 0.01,
+                        "issue_p50_us": None,
+                        "issue_p99_us": None,
+                        "anomalies": ["flops-drop"] if slow and step >= 23 else [],
+                    },
+                    version=version,
+                )
+            )
+    store.insert("rank_signals", rows)
 
 
 def _fill_alerts(store: Store, job: str, at: datetime) -> None:

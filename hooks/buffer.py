@@ -26,6 +26,7 @@ class RecordBuffer:
         self.capacity = capacity
         self._records: deque[Any] = deque(maxlen=capacity)
         self._ends: deque[int] = deque(maxlen=max_step_ends)
+        self._notes: deque[Any] = deque(maxlen=max_step_ends)
         self._lock = threading.Lock()
         self.put_count = 0
         self.taken_count = 0
@@ -40,19 +41,29 @@ class RecordBuffer:
         records.append(record)
         self.put_count += 1
 
-    def end_step(self, step: int) -> None:
-        """Mark ``step`` finished on this rank: every record of it was put before."""
+    def end_step(self, step: int, notes: Any = None) -> None:
+        """Mark ``step`` finished on this rank: every record of it was put before.
+        ``notes``: the step's signal notes (``signals.StepNotes.close``), if any."""
         if len(self._ends) == self._ends.maxlen:
             self.dropped_ends += 1
+        if notes is not None:
+            self._notes.append(notes)
         self._ends.append(step)
 
     def take(self) -> tuple[list[Any], list[int]]:
         """Everything buffered: (records in put order, steps ended). One taker at a time."""
+        records, ends, _ = self.take_all()
+        return records, ends
+
+    def take_all(self) -> tuple[list[Any], list[int], list[Any]]:
+        """(records, steps ended, their notes): notes and ends are read before the
+        records, so every record of a step whose notes are here is here or taken before."""
         with self._lock:
+            notes = _drain(self._notes)
             ends = _drain(self._ends)
             records = _drain(self._records)
             self.taken_count += len(records)
-        return records, ends
+        return records, ends, notes
 
     def __len__(self) -> int:
         return len(self._records)

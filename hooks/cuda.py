@@ -8,6 +8,10 @@ time elapsed since the anchor event. The anchor is an event recorded on an idle
 device right after a synchronize, so it completes when the host reads its clock; it
 is renewed every ``anchor_every_s`` to bound drift between the two clocks.
 
+Each op's issue latency (GPU start minus the CPU time of its launch) goes into the
+step's notes: a healthy distribution is smooth, GC pauses and stray synchronisations
+make it jump (docs/detection.md, section 3).
+
 torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``
 and ``synchronize``). Untested on a GPU in this repository's CI (no GPU there); the
 unit tests drive it with stand-in events.
@@ -33,9 +37,10 @@ class _GpuOp:
 
     def __enter__(self) -> None:
         t = self.timer
+        launch = t.rw.clock.read()  # CPU side: the op is issued now
         start = t.cuda.Event(enable_timing=True)
         start.record()
-        t._open.append((self, t.rw.step, t.rw.next_seq(self.optype), start))
+        t._open.append((self, t.rw.step, t.rw.next_seq(self.optype), start, launch))
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -43,8 +48,8 @@ class _GpuOp:
         t = self.timer
         end = t.cuda.Event(enable_timing=True)
         end.record()
-        op, step, seq, start = t._open.pop()
-        t.pending.append((op, step, seq, start, end))
+        op, step, seq, start, launch = t._open.pop()
+        t.pending.append((op, step, seq, start, end, launch))
 
 
 class CudaTimer:
@@ -52,8 +57,8 @@ class CudaTimer:
         self.rw = rw
         self.cuda = cuda
         self.anchor_every_ns = int(anchor_every_s * 1e9)
-        self.pending: deque[tuple[_GpuOp, int, int, Any, Any]] = deque()
-        self._open: list[tuple[_GpuOp, int, int, Any]] = []
+        self.pending: deque[tuple[_GpuOp, int, int, Any, Any, int]] = deque()
+        self._open: list[tuple[_GpuOp, int, int, Any, int]] = []
         self.anchor()
         rw.collectors.append(self.collect)
 
@@ -84,13 +89,14 @@ class CudaTimer:
         """
         emitted = 0
         while self.pending:
-            op, step, seq, start, end = self.pending[0]
+            op, step, seq, start, end, launch = self.pending[0]
             if not end.query():
                 break
             self.pending.popleft()
             t0 = self._anchor_raw + round(self._anchor_event.elapsed_time(start) * _MS)
             t1 = t0 + round(start.elapsed_time(end) * _MS)
             self.rw.emit(op.optype, seq, t0, t1, op.mb, op.chunk, op.gmc, step=step)
+            self.rw.note_issue(max(0, t0 - launch))  # GPU start - CPU launch
             emitted += 1
         if not self.pending and self.rw.clock.read() - self._anchor_raw > self.anchor_every_ns:
             self.anchor()

@@ -19,7 +19,12 @@ an iterable), so the hooks' import path stays standard library + orjson.
 - :func:`timed_optimizer`, :func:`timed_call`: wrap a callable as one op (an explicit
   data-parallel all-reduce, a synchronisation).
 - :func:`timed_batches`: time the waits of a data iterator. The ops contract has no
-  op type for input waits, so they are summed locally (``LocalTimings``), not sent.
+  op type for input waits: they are summed locally (``LocalTimings``) and, given the
+  ``RankWatch``, sent in the next step's summary (``rank_steps.data_wait_ns``).
+- :func:`watch_gc_pauses`: GC pauses as a per-step signal (not as ops), with the part
+  that fell inside a timed op (docs/detection.md, section 3).
+- :func:`linear_flops`, :func:`count_linear_flops`: FLOPs of linear layers from shapes,
+  to declare with ``RankWatch.work``.
 """
 
 from __future__ import annotations
@@ -280,9 +285,13 @@ class LocalTimings:
 
 
 def timed_batches(
-    iterable: Iterable[T], timings: LocalTimings, read: Callable[[], int] = time.perf_counter_ns
+    iterable: Iterable[T],
+    timings: LocalTimings,
+    read: Callable[[], int] = time.perf_counter_ns,
+    rw: RankWatch | None = None,
 ) -> Iterator[T]:
-    """Yield from ``iterable``, adding the time each ``next`` took to ``timings``."""
+    """Yield from ``iterable``, adding the time each ``next`` took to ``timings`` (and
+    to ``rw``'s current step notes: the wait precedes the step it feeds)."""
     it = iter(iterable)
     while True:
         t0 = read()
@@ -290,6 +299,65 @@ def timed_batches(
             item = next(it)
         except StopIteration:
             return
+        waited = read() - t0
         timings.count += 1
-        timings.total_ns += read() - t0
+        timings.total_ns += waited
+        if rw is not None:
+            rw.note_data_wait(waited)
         yield item
+
+
+def watch_gc_pauses(rw: RankWatch) -> Callable[[], None]:
+    """Sum Python GC pauses of the calling thread into the step notes; returns an undo.
+
+    Unlike :func:`watch_gc` nothing becomes an op, so automatic collections that land
+    anywhere do not change a step's op set (the what-if stays valid); a pause inside a
+    timed op is also noted against that op type, whose FLOP/s then leaves it out.
+    """
+    thread = threading.get_ident()
+    read = rw.clock.read
+    started: list[int] = []
+
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        if threading.get_ident() != thread or not rw.enabled:
+            return
+        if phase == "start":
+            started.append(read())
+        elif started:
+            rw.note_gc(read() - started.pop())
+
+    gc.callbacks.append(callback)
+    return lambda: gc.callbacks.remove(callback)
+
+
+def linear_flops(tokens: int, in_features: int, out_features: int) -> int:
+    """Forward FLOPs of a linear layer on ``tokens`` rows: one multiply and one add per
+    weight per row, ``2 * tokens * in * out`` (the bias add is left out, as is usual)."""
+    return 2 * tokens * in_features * out_features
+
+
+def count_linear_flops(module: Any, run: Callable[[], object]) -> tuple[int, str]:
+    """Forward FLOPs of every ``Linear`` inside ``module`` during one call of ``run``
+    (forward hooks read the input shapes once; call it at start-up, not per step), and
+    the dtype seen. Backward is about twice the forward (two matmuls per weight)."""
+    total, dtype = 0, ""
+    handles = []
+
+    def hook(layer: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        nonlocal total, dtype
+        shape = inputs[0].shape
+        tokens = 1
+        for size in shape[:-1]:
+            tokens *= int(size)
+        total += linear_flops(tokens, layer.in_features, layer.out_features)
+        dtype = str(inputs[0].dtype).removeprefix("torch.")
+
+    for layer in module.modules():
+        if type(layer).__name__ == "Linear":
+            handles.append(layer.register_forward_hook(hook))
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return total, dtype

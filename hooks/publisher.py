@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from rankwatch.hooks.buffer import RecordBuffer
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import MAX_STEPS_DONE, encode_ops
+from rankwatch.hooks.signals import StepSummaries
 from rankwatch.hooks.spool import Message, Spool
 from rankwatch.hooks.transports import Transport
 
@@ -94,6 +95,8 @@ class Publisher:
         self._pending: dict[int, list[tuple]] = {}  # step -> records not yet sent
         self._counts: dict[int, int] = {}  # step -> records of it handed to messages
         self._ended: list[int] = []
+        self.summaries = StepSummaries()
+        """Per-step sums for the ``rank_steps`` item of each step's closing message."""
         self._first_pending: float | None = None
         self._batch_seq = 0
         self._lock = threading.Lock()  # one flush at a time (thread loop vs close)
@@ -170,7 +173,9 @@ class Publisher:
             self._resend()
 
     def _flush(self, final: bool, now: float = 0.0) -> None:
-        records, ends = self.buffer.take()
+        records, ends, notes = self.buffer.take_all()
+        self.summaries.add_notes(notes)
+        self.summaries.add_records(records)
         for r in records:
             self._pending.setdefault(r[0], []).append(r)
         if records and self._first_pending is None:
@@ -200,7 +205,8 @@ class Publisher:
             self._counts[step] = self._counts.get(step, 0) + len(chunk)
             last = ended and lo + size >= len(records)
             done = [(step, self._counts.pop(step))] if last else []
-            out.append(self._encode(chunk, done))
+            summary = self.summaries.pop(step) if last else None
+            out.append(self._encode(chunk, done, [summary] if summary else []))
         if ended and not records:
             self._counts.pop(step, None)  # nothing of it reached us (all dropped)
         if len(self._counts) > MAX_STEPS_DONE:  # steps whose end was lost: forget them
@@ -208,13 +214,19 @@ class Publisher:
                 del self._counts[old]
         return out
 
-    def _encode(self, records: list[tuple], steps_done: list[tuple[int, int]]) -> Message:
+    def _encode(
+        self,
+        records: list[tuple],
+        steps_done: list[tuple[int, int]],
+        rank_steps: list[dict] | None = None,
+    ) -> Message:
         value = encode_ops(
             self.identity,
             records,
             batch_seq=self._batch_seq,
             sent_ns=self.now_ns(),
             steps_done=steps_done,
+            rank_steps=rank_steps or (),
         )
         self._batch_seq += 1
         return Message("ops", value, len(records))

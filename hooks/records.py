@@ -19,7 +19,8 @@ import orjson
 from rankwatch.hooks.identity import Identity
 from rankwatch.schemas.optypes import COMPUTE, OPTYPES
 
-OPS_VERSION = 1
+OPS_VERSION = 2
+"""Written as v2 (v1 plus the optional ``rank_steps``), which v2 consumers read."""
 HEARTBEATS_VERSION = 1
 MAX_RECORDS_PER_BATCH = 100_000
 """The schema's maxItems per column."""
@@ -69,8 +70,10 @@ def encode_ops(
     batch_seq: int,
     sent_ns: int,
     steps_done: Sequence[tuple[int, int]] = (),
+    rank_steps: Sequence[dict[str, Any]] = (),
 ) -> bytes:
-    """One ``ops`` message of ``records`` (1 to 100,000 of them)."""
+    """One ``ops`` message of ``records`` (1 to 100,000 of them), with the step
+    summaries (``rank_steps``, see ``signals.py``) of the steps it closes."""
     if not 1 <= len(records) <= MAX_RECORDS_PER_BATCH:
         raise ValueError(f"a batch holds 1 to {MAX_RECORDS_PER_BATCH} records, not {len(records)}")
     columns = dict(zip(_COLUMNS, (list(c) for c in zip(*records, strict=True)), strict=True))
@@ -84,6 +87,8 @@ def encode_ops(
     }
     if steps_done:
         message["steps_done"] = [{"step": s, "n_ops": n} for s, n in steps_done]
+    if rank_steps:
+        message["rank_steps"] = list(rank_steps)
     return orjson.dumps(message)
 
 

@@ -35,6 +35,7 @@ from rankwatch.hooks.clock import Clock, OffsetEstimate
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.publisher import Publisher, PublisherConfig, PublisherStats
 from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, encode_heartbeat
+from rankwatch.hooks.signals import ALGORITHMS, StepNotes
 from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.transports import Transport
 from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig
@@ -126,6 +127,9 @@ class RankWatch:
         """(step, optype, seq) -> in-flight tuple of communication posted, not yet emitted."""
         self._warned: set[str] = set()
         self._closed = False
+        self.notes = StepNotes()
+        """Declared work, GC pauses and data waits since the last step end."""
+        self._prev_end_ns: int | None = None
         self.collectors: list[Callable[[], object]] = []
         """Called on the training thread at each step end, before the step is closed:
         they emit ops timed elsewhere (CUDA events, communication futures)."""
@@ -207,26 +211,68 @@ class RankWatch:
         self.buffer.put((step, optype, seq, mb, chunk, gmc, self.clock.to_wall(t0), t1 - t0))
         self._last_done = (optype, seq, step, t1)
 
+    # -- what the slowdown signals need (docs/detection.md, section 3) ------------------
+
+    def work(self, optype: str, flops: float) -> None:
+        """Declare ``flops`` floating-point operations done by ``optype`` ops in this step
+        (from shapes: see ``integrations.linear_flops``)."""
+        if self.enabled and flops > 0:
+            self.notes.add_flops(optype, flops)
+
+    def comm(self, optype: str, nbytes: int, group: int, algo: str) -> None:
+        """Declare a collective of ``optype`` moving an ``nbytes`` buffer among ``group``
+        ranks with ``algo`` (all-reduce, all-gather, reduce-scatter, p2p)."""
+        if not self.enabled:
+            return
+        if algo not in ALGORITHMS:
+            self._warn(f"unknown collective algorithm {algo!r} ignored")
+            return
+        self.notes.add_bytes(optype, nbytes, group, algo)
+
+    def samples(self, n: int, dtype: str = "") -> None:
+        """Samples (or tokens) this rank processes in this step, for throughput."""
+        self.notes.samples += n
+        if dtype:
+            self.notes.dtype = dtype
+
+    def note_gc(self, pause_ns: int) -> None:
+        """A GC pause just ended (``integrations.watch_gc_pauses``)."""
+        flight = self._in_flight
+        self.notes.add_gc(pause_ns, flight[0] if flight is not None else None)
+
+    def note_data_wait(self, wait_ns: int) -> None:
+        """A wait for the next batch (``integrations.timed_batches``)."""
+        self.notes.data_wait_ns += wait_ns
+
+    def note_issue(self, latency_ns: int) -> None:
+        """GPU start minus CPU launch of one timed op (``cuda.CudaTimer``)."""
+        self.notes.issue_ns.append(latency_ns)
+
     # -- steps -------------------------------------------------------------------------
 
     def step_begin(self, step: int) -> None:
         """Ops from now on belong to ``step`` (seq_ids start again at 0)."""
         self.step = step
         self._seq = {}
+        self.notes.begin_ns = self._read() + self.clock.shift_ns
         if self._posted:  # posted two steps ago and never finished: lost, forget them
             for key in [k for k in self._posted if k[0] < step - 1]:
                 del self._posted[key]
 
     def step_end(self) -> None:
         """The current step is finished on this rank: its records can leave."""
-        if not self.enabled:
+        if not self.enabled:  # nothing recorded; the next step's T_inter starts here
+            self._prev_end_ns, self.notes = self._read() + self.clock.shift_ns, StepNotes()
             return
         for collect in self.collectors:
             try:
                 collect()
             except Exception as exc:  # never into training
                 self._warn(f"collector {collect!r} failed: {exc!r}")
-        self.buffer.end_step(self.step)
+        end = self._read() + self.clock.shift_ns
+        notes, self.notes = self.notes, StepNotes()
+        self.buffer.end_step(self.step, notes.close(self.step, end, self._prev_end_ns))
+        self._prev_end_ns = end
         self.publisher.wake()
 
     # -- clock alignment ---------------------------------------------------------------

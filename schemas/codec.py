@@ -92,13 +92,16 @@ def _check_message(kind: str, message: Mapping[str, Any]) -> None:
 
 def encode_ops(batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     """Serialise a batch after checking its header and columns against the ops schema."""
-    rules = _ops_rules()
+    rules = _ops_rules(latest_version("ops"))
     header = {name: _plain(getattr(batch, name)) for name in HEADER_FIELDS}
     message: dict[str, Any] = {"schema": "ops", "version": rules.version, **header}
     if batch.steps_done:
         message["steps_done"] = [
             {"step": _plain(s), "n_ops": _plain(n)} for s, n in batch.steps_done
         ]
+    if batch.rank_steps:
+        message["rank_steps"] = list(batch.rank_steps)
+        _check_finite(message["rank_steps"], "$.rank_steps")
     _validate(rules.header, message)
     groups: dict[str, dict[str, Any]] = {group: {} for group in cols.GROUPS}
     lengths = {}
@@ -147,8 +150,9 @@ class _OpsRules:
 
 
 @cache
-def _ops_rules() -> _OpsRules:
-    version = latest_version("ops")
+def _ops_rules(version: int) -> _OpsRules:
+    """The rules of one ops schema version: producers of every shipped version are
+    accepted (version 1 has no ``rank_steps``; its messages decode as before)."""
     raw = schema("ops", version)
     envelope = cols.envelope_schema(raw)
     header = {
@@ -175,7 +179,7 @@ def _ops_rules() -> _OpsRules:
 
 
 def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = True) -> OpBatch:
-    rules = _ops_rules()
+    rules = _ops_rules(message["version"])
     if not rules.envelope_ok(message):
         _validate(rules.envelope, message)
     read: dict[str, Any] = {name: message[name] for name in HEADER_FIELDS}
@@ -199,7 +203,8 @@ def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = Tr
     for spec, values in left:  # in schema order: the first fault found is the one named
         read[spec.name] = cols.read_column(spec, values, bools_possible=bools_possible)
     steps_done = tuple((d["step"], d["n_ops"]) for d in message.get("steps_done", ()))
-    return OpBatch(**read, steps_done=steps_done)
+    rank_steps = tuple(message.get("rank_steps", ()))
+    return OpBatch(**read, steps_done=steps_done, rank_steps=rank_steps)
 
 
 def _check_lengths(lengths: Mapping[str, int], max_items: int) -> None:

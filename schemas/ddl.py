@@ -125,13 +125,22 @@ _CLAUSES = ("ENGINE =", "PARTITION BY", "ORDER BY", "TTL")
 _ADD_COLUMN = re.compile(
     r"^ALTER TABLE (?P<name>\w+) ADD COLUMN IF NOT EXISTS (?P<column>.+)$", re.S
 )
+_DROP_CONSTRAINT = re.compile(
+    r"^ALTER TABLE (?P<name>\w+) DROP CONSTRAINT IF EXISTS (?P<constraint>\w+)$", re.S
+)
+_ADD_CONSTRAINT = re.compile(
+    r"^ALTER TABLE (?P<name>\w+) ADD CONSTRAINT IF NOT EXISTS (?P<constraint>\w+)"
+    r"\s+CHECK\s+(?P<expr>.+)$",
+    re.S,
+)
 
 
 @cache
 def tables() -> dict[str, TableDDL]:
     """Every table as the migrations leave it. Understood: CREATE TABLE, and ALTER TABLE
-    ... ADD COLUMN IF NOT EXISTS (appended at the end); anything else must extend this
-    parser, and its tests."""
+    ... ADD COLUMN IF NOT EXISTS (appended at the end), DROP CONSTRAINT IF EXISTS and
+    ADD CONSTRAINT IF NOT EXISTS ... CHECK (a widened check replaces the old one);
+    anything else must extend this parser, and its tests."""
     found: dict[str, TableDDL] = {}
     for migration in migrations():
         for statement in migration.statements:
@@ -139,6 +148,14 @@ def tables() -> dict[str, TableDDL]:
                 found[match["name"]] = _table(match["name"], match["body"], match["tail"])
             elif (match := _ADD_COLUMN.match(statement)) and match["name"] in found:
                 found[match["name"]] = _with_column(found[match["name"]], match["column"])
+            elif (match := _DROP_CONSTRAINT.match(statement)) and match["name"] in found:
+                table = found[match["name"]]
+                kept = {k: v for k, v in table.constraints.items() if k != match["constraint"]}
+                found[match["name"]] = replace(table, constraints=kept)
+            elif (match := _ADD_CONSTRAINT.match(statement)) and match["name"] in found:
+                table = found[match["name"]]
+                added = {**table.constraints, match["constraint"]: match["expr"].strip()}
+                found[match["name"]] = replace(table, constraints=added)
             else:
                 raise RuntimeError(f"{migration.name}: cannot read statement {statement[:60]!r}")
     return found

@@ -152,6 +152,59 @@ def _alerts() -> dict[str, Any]:
     }
 
 
+def _signals() -> dict[str, Any]:
+    return {
+        "job": "job-1",
+        "step": 3,
+        "rank": 5,
+        "host": "node-3",
+        "dp_rank": 1,
+        "pp_rank": 2,
+        "start_ns": T0_NS,
+        "t_step": 1.0,
+        "t_inter": 0.1,
+        "v_inter": 0.1,
+        "v_minority": 0.05,
+        "throughput": 64.0,
+        "flops_per_s": 3.2e14,
+        "busbw": 1.1e11,
+        "gc_s": 0.002,
+        "gc_count": 1,
+        "data_wait_s": 0.05,
+        "issue_p50_us": None,
+        "issue_p99_us": None,
+        "anomalies": [],
+    }
+
+
+def rank_step(**overrides: Any) -> dict[str, Any]:
+    """A valid ``rank_steps`` item of an ops v2 message (one rank, one step)."""
+    return {
+        "step": 3,
+        "begin_ns": T0_NS + 100_000_000,
+        "end_ns": T0_NS + 1_000_000_000,
+        "prev_end_ns": T0_NS,
+        "covered_ns": 850_000_000,
+        "samples": 64,
+        "gc_ns": 2_000_000,
+        "gc_count": 1,
+        "data_wait_ns": 50_000_000,
+        "issue": None,
+        "ops": [
+            {"optype": "forward-compute", "n": 4, "time_ns": 300_000_000, "flops": 3.0e12},
+            {
+                "optype": "grads-reduce-scatter",
+                "n": 1,
+                "time_ns": 100_000_000,
+                "bytes": 400_000_000,
+                "group": 4,
+                "algo": "all-reduce",
+            },
+        ],
+        **overrides,
+    }
+
+
 _BODIES = {
     "ops": _ops,
     "heartbeats": _heartbeats,
@@ -159,4 +212,5 @@ _BODIES = {
     "metrics": _metrics,
     "steps": _steps,
     "alerts": _alerts,
+    "signals": _signals,
 }

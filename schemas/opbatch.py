@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -57,6 +58,8 @@ class OpBatch:
     stream: np.ndarray | None = field(default=None)  # object (str)
     steps_done: tuple[tuple[int, int], ...] = ()
     """(step, n_ops) of the steps this rank finished in this batch (see the schema)."""
+    rank_steps: tuple[dict[str, Any], ...] = ()
+    """Per-step summaries of ops v2 (``rank_steps``): the slowdown signals' inputs."""
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
@@ -84,7 +87,9 @@ class OpBatch:
 
 
 _COLUMN_NAMES: tuple[str, ...] = tuple(
-    f.name for f in fields(OpBatch) if f.name not in HEADER_FIELDS and f.name != "steps_done"
+    f.name
+    for f in fields(OpBatch)
+    if f.name not in HEADER_FIELDS and f.name not in ("steps_done", "rank_steps")
 )
 """Column fields in declaration order (``dataclasses.fields`` per call was most of the
 cost of :meth:`OpBatch.columns`, which the raw-ops insert calls once per batch)."""

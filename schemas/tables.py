@@ -64,7 +64,10 @@ CONTRACTS: dict[str, TableContract] = {
         renames={"start_ns": "time"},
         # job-wide facts (the jobs table holds the sizes) and send-side bookkeeping;
         # batch_seq stays: a restarted worker recognises the batches it stored
-        omitted=frozenset({"schema", "version", "sent_ns", "dp_size", "pp_size", "steps_done"}),
+        # rank_steps -> rank_signals, derived by the ops worker
+        omitted=frozenset(
+            {"schema", "version", "sent_ns", "dp_size", "pp_size", "steps_done", "rank_steps"}
+        ),
         bookkeeping=frozenset({"inserted_at"}),
     ),
     "steps": TableContract(
@@ -76,6 +79,12 @@ CONTRACTS: dict[str, TableContract] = {
     ),
     # ts_ns as it is (a re-sent alert keeps it to the ns), time its ms copy for Grafana
     "alerts": TableContract(table="alerts", kind="alerts", bookkeeping=frozenset({"time"})),
+    "rank_signals": TableContract(
+        table="rank_signals",
+        kind="signals",
+        renames={"start_ns": "time"},
+        bookkeeping=frozenset({"version"}),
+    ),
 }
 """Table name -> its contract, for the tables that store a message kind as it is."""
 

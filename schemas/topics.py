@@ -9,6 +9,7 @@ TOPICS: dict[str, str] = {
     "metrics": "rankwatch.metrics",
     "steps": "rankwatch.steps",
     "alerts": "rankwatch.alerts",
+    "signals": "rankwatch.signals",
 }
 """Message kind -> topic. Messages are keyed by job, so one worker owns a job's state."""
 

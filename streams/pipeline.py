@@ -20,12 +20,18 @@ import numpy as np
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.schemas.tables import CONTRACTS
 from rankwatch.streams.alerts import Alert, StragglerAlerts, alert_row
 from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
 from rankwatch.streams.deadletter import DeadLetter, dead_letter, dead_letter_row
 from rankwatch.streams.identity import Coordinates, JobIdentities
 from rankwatch.streams.jobs import JobBook
+from rankwatch.streams.slowdown.detector import SlowdownDetector
+from rankwatch.streams.slowdown.signals import RankStep, Signals, step_signals
 from rankwatch.streams.times import utc
+
+MAX_OPEN_RANK_STEPS = 100_000
+"""Rank summaries held for steps not closed yet; past it the oldest steps' go."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,10 @@ class Pipeline:
     """Larger messages are dead letters (reason ``too-large``)."""
     keep_ops: bool = False
     """Also emit the accepted op batches for the raw ``ops`` table (``Output.ops``)."""
+    slowdown: SlowdownDetector | None = field(default_factory=SlowdownDetector)
+    """Signals the what-if cannot see, from ops v2 ``rank_steps`` (None: off)."""
+    rank_steps_late: int = 0
+    """Rank summaries that came after their step closed (not judged)."""
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     steps_analysed: int = 0
@@ -125,6 +135,7 @@ class Pipeline:
         self.jobs = JobBook()
         self.identity = JobIdentities(step_window=self.assembly.step_window)
         self._stored_batches: dict[str, set[tuple[int, int, int]]] = {}
+        self._rank_steps: dict[tuple[str, int], list[RankStep]] = {}
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message; bad input becomes a dead-letter row, never an exception."""
@@ -149,6 +160,7 @@ class Pipeline:
         if added.fresh:
             self.identity.accept(batch)
             self.jobs.observe(batch)
+            self._keep_rank_steps(batch, added.late)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((batch.job, step) for step in added.pending)
         if added.fresh and self.keep_ops and not self._stored_before(batch):
@@ -156,6 +168,35 @@ class Pipeline:
             if kept is not None:
                 out.ops.append(kept)
         return out
+
+    def _keep_rank_steps(self, batch: OpBatch, late: frozenset[int]) -> None:
+        """Hold the batch's step summaries until their steps close (all ranks in)."""
+        if self.slowdown is None or not batch.rank_steps:
+            return
+        for item in batch.rank_steps:
+            if item["step"] in late:
+                self.rank_steps_late += 1
+                continue
+            rs = RankStep(batch.job, batch.rank, batch.host, batch.dp_rank, batch.pp_rank, item)
+            self._rank_steps.setdefault((batch.job, rs.step), []).append(rs)
+        if sum(len(v) for v in self._rank_steps.values()) > MAX_OPEN_RANK_STEPS:
+            del self._rank_steps[min(self._rank_steps, key=lambda k: k[1])]
+
+    def _signals(self, step: AssembledStep, now_ns: int, out: Output) -> None:
+        """The step's per-rank signals, their rows, and the alerts they change."""
+        held = self._rank_steps.pop((step.job, step.step), None)
+        if self.slowdown is None or not held:
+            return
+        latest = {rs.rank: rs for rs in held}  # a repeated batch: its last copy counts
+        signals = step_signals(list(latest.values()))
+        open_now, alerts = self.slowdown.observe(signals)
+        for s in signals:
+            message = signals_message(s, open_now.get(s.rank, []))
+            out.add("rank_signals", CONTRACTS["rank_signals"].row(message, version=now_ns))
+            out.messages.append(("signals", step.job, message))
+        for alert in alerts:
+            out.add("alerts", alert_row(alert.message()))
+            out.messages.append(("alerts", alert.job, alert.message()))
 
     def _stored_before(self, batch: OpBatch) -> bool:
         """Whether the batch's records were stored before a restart (see JobHistory)."""
@@ -197,6 +238,8 @@ class Pipeline:
             restore(history.analysed)
         if self.alerts is not None:
             self.alerts.restore(job, history.slowdowns, history.open_alert, history.leaders)
+        if self.slowdown is not None:
+            self.slowdown.restore(history.signals, history.slowdown_alerts)
 
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
@@ -204,6 +247,10 @@ class Pipeline:
         self.jobs.forget(job)
         self.identity.forget(job)
         self._stored_batches.pop(job, None)
+        for key in [k for k in self._rank_steps if k[0] == job]:
+            del self._rank_steps[key]
+        if self.slowdown is not None:
+            self.slowdown.forget(job)
         forget = getattr(self.analyser, "forget", None)
         if forget is not None:
             forget(job)
@@ -230,6 +277,7 @@ class Pipeline:
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
             out.messages.append(("steps", step.job, step_message(step, analysis)))
+            self._signals(step, now_ns, out)
             job_row = self.jobs.due(step)
             if job_row is not None:
                 out.add("jobs", job_row)
@@ -280,6 +328,11 @@ class JobHistory:
     """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
     leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
     """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
+    signals: list[tuple[list[Signals], dict[int, list[str]]]] = field(default_factory=list)
+    """The latest stored steps' slowdown signals, oldest first, each with the kinds open
+    per rank (``rank_signals.anomalies``): the slowdown detector's history."""
+    slowdown_alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The job's slowdown alerts whose latest stored state is firing (alert messages)."""
     stored_batches: frozenset[tuple[int, int, int]] = frozenset()
     """(rank, batch_seq, step) of the records stored for steps not closed yet: a batch
     re-read after a restart that matches one of them (same rank and batch_seq, one of
@@ -344,6 +397,14 @@ def step_message(step: AssembledStep, analysis: StepAnalysis | None) -> dict[str
         "n_ops": step.n_ops,
         "top_attribution": top,
     }
+
+
+def signals_message(s: Signals, anomalies: list[str]) -> dict[str, Any]:
+    """The ``rankwatch.signals`` message of one rank's step (see signals.v1.schema.json)."""
+    fields = {k: v for k, v in vars(s).items()}
+    fields["v_inter"] = min(1.0, max(0.0, s.v_inter))
+    fields["v_minority"] = min(1.0, max(0.0, s.v_minority))
+    return {"schema": "signals", "version": 1, **fields, "anomalies": anomalies}
 
 
 def attribution_row(

@@ -11,6 +11,7 @@ canonical order give the same numbers).
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,8 @@ from rankwatch.streams.alerts import Alert
 from rankwatch.streams.assembly import AssembledStep, step_from_columns
 from rankwatch.streams.identity import Coordinates
 from rankwatch.streams.pipeline import JobHistory
+from rankwatch.streams.slowdown.detector import KINDS as SLOWDOWN_KINDS
+from rankwatch.streams.slowdown.signals import Signals
 from rankwatch.streams.store import Store
 
 _CLOSED = (
@@ -55,6 +58,21 @@ _COORDINATES = (
     "SELECT DISTINCT rank, dp_rank, pp_rank, tp_rank, cp_rank FROM ops "
     "WHERE job = {job:String} AND step = {step:UInt64}"
 )
+_SIGNAL_FIELDS = ", ".join(f.name for f in fields(Signals) if f.name != "start_ns")
+_SIGNALS = (
+    f"SELECT {_SIGNAL_FIELDS}, toUnixTimestamp64Nano(time) AS start_ns, anomalies "
+    "FROM rank_signals FINAL WHERE job = {job:String} AND step >= "
+    "(SELECT greatest(max(step), {n:UInt32}) FROM rank_signals WHERE job = {job:String}) "
+    "- {n:UInt32} "
+    "ORDER BY step, rank"
+)
+_SLOWDOWN_ALERTS = (
+    "SELECT alert_id, job, kind, state, ts_ns, evidence FROM alerts FINAL "
+    "WHERE job = {job:String} AND kind IN {kinds:Array(String)} "
+    "ORDER BY time, state = 'resolved'"
+)
+SIGNAL_STEPS = 60
+"""Stored steps replayed into the slowdown detector (3 baseline windows)."""
 _COLUMNS = (
     *("step", "rank", "dp_rank", "stage", "optype", "seq_id"),
     *("mb_id", "chunk", "gmc", "start_ns", "duration_ns"),
@@ -90,7 +108,34 @@ def load_history(
         coordinates=_coordinates(store, job, max(closed)) if closed else {},
         stored_batches=_stored_batches(store, job, closed, closed_memory),
         leaders=_leaders(store, job, list(slowdowns)),
+        signals=_signals(store, job),
+        slowdown_alerts=_slowdown_alerts(store, job),
     )
+
+
+def _signals(store: Store, job: str) -> list[tuple[list[Signals], dict[int, list[str]]]]:
+    """The job's latest stored ``rank_signals`` steps, oldest first (slowdown detector)."""
+    out: dict[int, tuple[list[Signals], dict[int, list[str]]]] = {}
+    for row in store.query(_SIGNALS, {"job": job, "n": SIGNAL_STEPS}):
+        anomalies = list(row.pop("anomalies"))
+        signals, open_now = out.setdefault(int(row["step"]), ([], {}))
+        signals.append(Signals(**row))
+        if anomalies:
+            open_now[int(row["rank"])] = anomalies
+    return [out[step] for step in sorted(out)]
+
+
+def _slowdown_alerts(store: Store, job: str) -> list[dict[str, Any]]:
+    """The job's slowdown alerts whose latest stored state is firing."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in store.query(_SLOWDOWN_ALERTS, {"job": job, "kinds": list(SLOWDOWN_KINDS)}):
+        if row["kind"] in SLOWDOWN_KINDS:
+            latest[row["alert_id"]] = row
+    return [
+        {**row, "ts_ns": int(row["ts_ns"]), "evidence": orjson.loads(row["evidence"])}
+        for row in latest.values()
+        if row["state"] == "firing"
+    ]
 
 
 def _leaders(store: Store, job: str, steps: list[int]) -> dict[int, dict[str, tuple[str, float]]]:

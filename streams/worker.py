@@ -102,7 +102,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     return app, state
 
 
-OUTPUT_KINDS = ("steps", "alerts", DEAD_LETTERS)
+OUTPUT_KINDS = ("steps", "alerts", "signals", DEAD_LETTERS)
 
 
 class _EveryMinute:

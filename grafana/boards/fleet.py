@@ -60,4 +60,20 @@ def build() -> Dashboard:
                 links=[to_job],
             )
         )
+        .with_panel(
+            panels.timeseries(
+                "FLOP/s by machine",
+                q.FLOPS_BY_HOST,
+                "Achieved FLOP/s of every job's ranks on each machine.",
+                unit="flops",
+            )
+        )
+        .with_panel(
+            panels.timeseries(
+                "Bus bandwidth by machine",
+                q.BUSBW_BY_HOST,
+                "Collective bus bandwidth of every job's ranks on each machine.",
+                unit="Bps",
+            )
+        )
     )

@@ -103,6 +103,47 @@ def build() -> Dashboard:
                 "Steps closed per interval; partial ones had workers missing.",
             )
         )
+        .with_panel(
+            panels.timeseries(
+                "FLOP/s by rank",
+                q.FLOPS_BY_RANK,
+                "Declared FLOPs over compute time (GC inside left out): a throttled device"
+                " drops here first, whether or not it straggles.",
+                unit="flops",
+            )
+        )
+        .with_panel(
+            panels.timeseries(
+                "Bus bandwidth by rank",
+                q.BUSBW_BY_RANK,
+                "Collective bytes x NCCL factor over the fastest group member's time: a"
+                " slow link or network drops here, not a straggler's waiting peers.",
+                unit="Bps",
+            )
+        )
+        .with_panel(
+            panels.timeseries(
+                "Step shares: between steps, untimed, GC, data",
+                q.STEP_SHARES,
+                "V_inter, V_minority, GC and data-loader shares of the step, mean over ranks.",
+                unit="percentunit",
+            )
+        )
+        .with_panel(
+            panels.timeseries(
+                "Throughput",
+                q.THROUGHPUT,
+                "Samples per second (median over ranks).",
+            )
+        )
+        .with_panel(
+            panels.table(
+                "Open slowdown signals",
+                q.SIGNAL_ANOMALIES,
+                "Rank-steps with a flops-drop, bandwidth-drop, void-high, gc-pauses,"
+                " dataloader-bound or issue-stall episode open (rankwatch diagnose JOB).",
+            )
+        )
         .with_panel(panels.table("Steps", q.STEPS, "The latest steps, newest first."))
         .with_panel(panels.table("Alerts", q.ALERTS, "Alert state changes of this job."))
     )

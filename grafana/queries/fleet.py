@@ -66,3 +66,20 @@ GROUP BY time
 ORDER BY time
 """
 """Share of all analysed GPU time lost to stragglers, across jobs."""
+
+FLOPS_BY_HOST = """
+SELECT $__timeInterval(time) AS time, host, avg(flops_per_s) AS flops
+FROM rank_signals FINAL
+WHERE $__timeFilter(time) AND flops_per_s IS NOT NULL
+GROUP BY time, host
+ORDER BY time
+"""
+"""Achieved FLOP/s of every job's ranks, by machine: a throttled machine shows in any job."""
+
+BUSBW_BY_HOST = """
+SELECT $__timeInterval(time) AS time, host, avg(busbw) AS bus_bandwidth
+FROM rank_signals FINAL
+WHERE $__timeFilter(time) AND busbw IS NOT NULL
+GROUP BY time, host
+ORDER BY time
+"""

@@ -113,3 +113,53 @@ WHERE job = '${job}' AND $__timeFilter(time)
 ORDER BY time DESC
 LIMIT 200
 """
+
+SIGNALS = "job = '${job}' AND $__timeFilter(time)"
+"""The job's per-rank slowdown signals in range (docs/detection.md, section 3)."""
+
+FLOPS_BY_RANK = f"""
+SELECT $__timeInterval(time) AS time, concat('rank ', toString(rank)) AS rank,
+       avg(flops_per_s) AS flops
+FROM rank_signals FINAL
+WHERE {SIGNALS} AND flops_per_s IS NOT NULL
+GROUP BY time, rank
+ORDER BY time
+"""
+
+BUSBW_BY_RANK = f"""
+SELECT $__timeInterval(time) AS time, concat('rank ', toString(rank)) AS rank,
+       avg(busbw) AS bus_bandwidth
+FROM rank_signals FINAL
+WHERE {SIGNALS} AND busbw IS NOT NULL
+GROUP BY time, rank
+ORDER BY time
+"""
+
+STEP_SHARES = f"""
+SELECT $__timeInterval(time) AS time,
+       avg(v_inter) AS between_steps,
+       avg(v_minority) AS untimed_inside,
+       avg(gc_s / t_step) AS gc,
+       avg(data_wait_s / t_step) AS data_wait
+FROM rank_signals FINAL
+WHERE {SIGNALS} AND t_step > 0
+GROUP BY time
+ORDER BY time
+"""
+
+THROUGHPUT = f"""
+SELECT $__timeInterval(time) AS time, median(throughput) AS samples_per_s
+FROM rank_signals FINAL
+WHERE {SIGNALS} AND throughput IS NOT NULL
+GROUP BY time
+ORDER BY time
+"""
+
+SIGNAL_ANOMALIES = f"""
+SELECT time, step, rank, host, arrayStringConcat(anomalies, ', ') AS open,
+       t_step, flops_per_s, busbw, gc_s, data_wait_s, t_inter
+FROM rank_signals FINAL
+WHERE {SIGNALS} AND notEmpty(anomalies)
+ORDER BY step DESC, rank
+LIMIT 200
+"""

@@ -45,6 +45,31 @@ class WorkloadConfig:
     data_wait_s: float = 0.0
     """Each step waits this long for its batch (a slow input pipeline, timed by the
     hooks' data-iterator integration, outside the step's ops)."""
+    fault_from: int = 0
+    """Injected faults (the straggler, data waits, GC, inter-step work, shaping) start at
+    this step: the steps before it are the job's own healthy history."""
+    gc_rank: int = -1
+    """Rank on which each forward microbatch drops a cyclic object graph and triggers a
+    full collection inside forward (-1: none), as an automatic gen-2 collection would."""
+    gc_live: int = 200_000
+    """Live objects (in cycles) the collections inside forward must traverse."""
+    inter_s: float = 0.0
+    """Untimed CPU work between steps (busy, not a sleep), per step, from fault_from."""
+    inter_rank: int = -1
+    """Rank doing the inter-step work (-1: every rank)."""
+    netns: str = ""
+    """Network namespace (``ip netns``) the ranks in ``netns_ranks`` enter before the
+    process group starts, so their gloo traffic crosses a veth pair that can be shaped."""
+    netns_ranks: str = ""
+    """Comma-separated ranks that enter ``netns``."""
+    gloo_ifname: str = ""
+    """GLOO_SOCKET_IFNAME of the ranks outside ``netns`` (default: lo)."""
+    netns_ifname: str = ""
+    """GLOO_SOCKET_IFNAME of the ranks inside ``netns``."""
+    master_addr: str = ""
+    """MASTER_ADDR when not 127.0.0.1 (reachable from inside ``netns``)."""
+    shape_cmd: str = ""
+    """Shell command rank 0 runs at the start of step ``fault_from`` (traffic shaping)."""
     seed: int = 0
     timeout_s: float = 120.0
     """Process group timeout (subgroups get it explicitly)."""
@@ -65,9 +90,16 @@ class WorkloadConfig:
         return 2 if self.schedule == "interleaved" else 1
 
     def is_slow(self, rank: int, step: int) -> bool:
-        if rank != self.slow_rank or self.slow_matmuls <= 0:
+        if rank != self.slow_rank or self.slow_matmuls <= 0 or step < self.fault_from:
             return False
         return self.slow_every <= 0 or (step // self.slow_every) % 2 == 1
+
+    def faulty(self, rank: int, chosen: int, step: int) -> bool:
+        """Whether a fault aimed at ``chosen`` (-1: every rank) hits ``rank`` at ``step``."""
+        return step >= self.fault_from and chosen in (-1, rank)
+
+    def in_netns(self, rank: int) -> bool:
+        return bool(self.netns) and str(rank) in self.netns_ranks.split(",")
 
     def hooks_on(self, step: int) -> bool:
         return self.hooks and (self.hooks_off_every <= 0 or (step // self.hooks_off_every) % 2 == 0)

@@ -10,6 +10,7 @@ sleep would free the core for the other ranks instead).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -44,9 +45,13 @@ class StageModule(nn.Module):
         self.blocks = nn.Sequential(*(Block(hidden) for _ in range(blocks)))
         self.head = nn.Sequential(nn.LayerNorm(hidden), nn.Linear(hidden, hidden)) if last else None
         self.extra_matmuls = 0
+        self.on_forward: Callable[[], None] | None = None
+        """Called at the start of each forward (the GC fault of the slowdown study)."""
         self.register_buffer("_straggler", torch.randn(STRAGGLER_DIM, STRAGGLER_DIM) * 0.01)
 
     def forward(self, x_BSH: torch.Tensor) -> torch.Tensor:
+        if self.on_forward is not None:
+            self.on_forward()
         if self.extra_matmuls:
             self._burn(self.extra_matmuls)
         x_BSH = self.blocks(self.inp(x_BSH))

@@ -19,11 +19,13 @@ import gc
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,13 @@ from torch.distributed.pipelining import schedules as pipelining_schedules
 
 from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.identity import coordinates, identity_from_groups
-from rankwatch.hooks.integrations import LocalTimings, timed_batches, watch_pipeline
+from rankwatch.hooks.integrations import (
+    LocalTimings,
+    count_linear_flops,
+    timed_batches,
+    watch_gc_pauses,
+    watch_pipeline,
+)
 from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.session import HooksConfig, init
 from rankwatch.hooks.tracker import RankWatch
@@ -92,6 +100,7 @@ def fork_ranks() -> int:
 def run_rank(rank: int) -> int:
     cfg = WorkloadConfig.from_json(os.environ[CONFIG_ENV])
     out = Path(os.environ[OUT_ENV])
+    _network(cfg, rank)
     timeout = timedelta(seconds=cfg.timeout_s)
     dist.init_process_group("gloo", rank=rank, world_size=cfg.world, timeout=timeout)
     try:
@@ -100,6 +109,50 @@ def run_rank(rank: int) -> int:
         dist.destroy_process_group()
     (out / f"rank{rank}.json").write_text(json.dumps(result))
     return 0
+
+
+def _network(cfg: WorkloadConfig, rank: int) -> None:
+    """Put this rank's gloo traffic where the config says (before the process group)."""
+    if cfg.master_addr:
+        os.environ["MASTER_ADDR"] = cfg.master_addr
+    if cfg.in_netns(rank):
+        _enter_netns(cfg.netns)
+        os.environ["GLOO_SOCKET_IFNAME"] = cfg.netns_ifname or "lo"
+    elif cfg.gloo_ifname:
+        os.environ["GLOO_SOCKET_IFNAME"] = cfg.gloo_ifname
+
+
+def _enter_netns(name: str) -> None:
+    """setns(2) into ``ip netns`` namespace ``name`` (needs root; this process only)."""
+    import ctypes
+
+    clone_newnet = 0x40000000
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, clone_newnet) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {name} failed")
+    finally:
+        os.close(fd)
+
+
+def _busy(seconds: float) -> None:
+    """Untimed CPU work (a logging or checkpointing burst would look the same)."""
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += sum(range(1000))
+
+
+def _cyclic_graph(n: int) -> list[Any]:
+    """``n`` objects in reference cycles: what a full collection must traverse."""
+    nodes: list[Any] = []
+    for i in range(0, n, 2):
+        a: dict[str, Any] = {"i": i}
+        b: dict[str, Any] = {"peer": a}
+        a["peer"] = b
+        nodes.append(a)
+    return nodes
 
 
 class Rank:
@@ -116,6 +169,26 @@ class Rank:
         self.params = params
         self.optimizer = torch.optim.SGD(params, lr=0.01)
         self.gen = torch.Generator().manual_seed(cfg.seed * 1000 + self.dp_rank)
+        self.fwd_flops, self.dtype = self._flops()
+        self.live = _cyclic_graph(cfg.gc_live) if cfg.gc_rank == rank else []
+        if self.rw is not None:
+            watch_gc_pauses(self.rw)
+
+    def _flops(self) -> tuple[int, str]:
+        """Forward FLOPs of one microbatch through this rank's chunks, from shapes."""
+        cfg = self.cfg
+        x = torch.zeros(cfg.microbatch_size, cfg.seq, cfg.hidden)
+        total, dtype = 0, ""
+        with torch.no_grad():
+            for m in self.modules:
+                flops, dtype = count_linear_flops(m, partial(m, x))
+                total += flops
+        return total, dtype
+
+    def _gc_in_forward(self) -> None:
+        """Cyclic garbage, then the collection an allocation-heavy forward would trigger."""
+        _cyclic_graph(2000)
+        gc.collect()
 
     # -- setup -------------------------------------------------------------------------
 
@@ -174,8 +247,8 @@ class Rank:
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         cfg = self.cfg
         shape = (cfg.microbatch_size * cfg.microbatches, cfg.seq, cfg.hidden)
-        for _ in range(cfg.steps):
-            if cfg.data_wait_s:
+        for step in range(cfg.steps):
+            if cfg.data_wait_s and step >= cfg.fault_from:
                 time.sleep(cfg.data_wait_s)
             yield torch.randn(shape, generator=self.gen), torch.randn(shape, generator=self.gen)
 
@@ -185,18 +258,24 @@ class Rank:
         estimate, errors = align_clocks(self.clock)
         steps = []
         data_waits = LocalTimings()
-        batches = timed_batches(self.batches(), data_waits)
+        batches = timed_batches(self.batches(), data_waits, rw=self.rw)
         for step, batch in enumerate(batches):
             if cfg.align_every and step and step % cfg.align_every == 0:
                 estimate, errors = align_clocks(self.clock)
+            if cfg.shape_cmd and self.rank == 0 and step == cfg.fault_from:
+                subprocess.run(cfg.shape_cmd, shell=True, check=True)  # the study's own command
             slow = cfg.is_slow(self.rank, step)
+            gc_fault = cfg.gc_rank >= 0 and cfg.faulty(self.rank, cfg.gc_rank, step)
             for m in self.modules:
                 m.extra_matmuls = cfg.slow_matmuls if slow else 0
+                m.on_forward = self._gc_in_forward if gc_fault else None
             if self.rw is not None:
                 self.rw.enabled = cfg.hooks_on(step)
             start = self.clock.now_ns()
             self._step(step, *batch)
             steps.append({"step": step, "start_ns": start, "end_ns": self.clock.now_ns()})
+            if cfg.inter_s and cfg.faulty(self.rank, cfg.inter_rank, step):
+                _busy(cfg.inter_s)
         stats = self.rw.close().as_dict() if self.rw is not None else {}
         gc.enable()
         return {
@@ -219,6 +298,11 @@ class Rank:
         last = self.pp_rank == cfg.pp - 1
         args = (x,) if first else ()
         self.schedule.step(*args, target=target if last else None)
+        if rw is not None:
+            forward = self.fwd_flops * cfg.microbatches
+            rw.work("forward-compute", forward)
+            rw.work("backward-compute", 2 * forward)  # two matmuls per weight
+            rw.samples(cfg.microbatch_size * cfg.microbatches, self.dtype)
         with _op(rw, "gc"):
             gc.collect(0)
         if cfg.dp > 1:
@@ -233,6 +317,9 @@ class Rank:
     def _all_reduce_grads(self) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
+        if self.rw is not None:
+            size = flat.numel() * flat.element_size()
+            self.rw.comm("grads-reduce-scatter", size, group=self.cfg.dp, algo="all-reduce")
         dist.all_reduce(flat, group=self.dp_group)
         flat /= self.cfg.dp
         offset = 0

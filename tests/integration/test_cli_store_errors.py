@@ -24,7 +24,7 @@ def error_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("command", [["report"], ["hang", "report"]])
+@pytest.mark.parametrize("command", [["report"], ["hang", "report"], ["diagnose"]])
 def test_an_unknown_job_names_the_jobs_there(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -34,6 +34,22 @@ def test_an_unknown_job_names_the_jobs_there(
         sample.fill(store, "known", time.time_ns())
     line = error_line([*command, "nope", "--clickhouse", dsn], capsys)
     assert line.endswith(f"error: unknown job 'nope' in {dsn} (jobs there: known)")
+
+
+def test_diagnose_a_job_without_signals_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sample's rank 1 loses FLOP/s; a job whose hooks predate ops v2 has no rows."""
+    dsn = f"chdb://{tmp_path / 'chdb'}"
+    with Store.connect(dsn) as store:
+        store.migrate()
+        sample.fill(store, "known", time.time_ns())
+    assert main(["diagnose", "known", "--clickhouse", dsn]) == 0
+    assert "cause: straggler compute (flops-drop on rank 1)" in capsys.readouterr().out
+    with Store.connect(dsn) as store:
+        store.query("DELETE FROM rank_signals WHERE job = 'known'")
+    line = error_line(["diagnose", "known", "--clickhouse", dsn], capsys)
+    assert line.endswith("job 'known' has no slowdown signals (its hooks predate ops v2?)")
 
 
 def test_an_empty_store_says_nothing_is_stored_yet(

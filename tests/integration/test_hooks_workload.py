@@ -94,6 +94,9 @@ def check_records(result: JobResult, values: list[bytes]) -> None:
         assert sum(len(b) for b in mine) == stats["put"]
         done = sorted(s for b in mine for s, _ in b.steps_done)
         assert done == list(range(result.config.steps))
+        # ops v2: each step's closing batch carries that step's summary
+        for b in mine:
+            assert [s for s, _ in b.steps_done] == [item["step"] for item in b.rank_steps]
 
 
 def test_workload_publishes_valid_records_that_the_embedded_pipeline_analyses(

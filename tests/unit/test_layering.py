@@ -48,6 +48,7 @@ FORBIDDEN = {
 # pure subpackages living inside a shell folder
 FORBIDDEN["streams/minder"] = FORBIDDEN["sim"] + ("rankwatch.sim",)
 FORBIDDEN["streams/hang"] = FORBIDDEN["sim"] + ("rankwatch.sim",)
+FORBIDDEN["streams/slowdown"] = FORBIDDEN["sim"] + ("rankwatch.sim",)
 # modules of the core that may do I/O: shells living beside the pure code
 SHELL_MODULES = {"sim/heatmap.py"}  # renders a PNG with matplotlib (imported lazily)
 # the real training workload is a torch program, not part of the hooks' import path

@@ -75,3 +75,30 @@ def test_events_become_records_on_the_host_clock_once_complete() -> None:
     ]
     assert recs[0][6] == anchor_raw + 2 * 1_000_000 + shift and recs[0][7] == 2_000_000
     assert recs[1][6] == anchor_raw + 6 * 1_000_000 + shift
+
+
+def test_issue_latency_is_gpu_start_minus_cpu_launch() -> None:
+    """Stand-in events only: the CUDA path is untested on a real GPU here."""
+    reads: list[int] = []
+    ticks = itertools.count(1_000_000, 1_000)
+
+    def read() -> int:
+        reads.append(next(ticks))
+        return reads[-1]
+
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
+        SinkTransport(lambda k, v: None),
+        clock=Clock(read=read, wall=lambda: 0),
+        start=False,
+    )
+    cuda = FakeCuda()
+    timer = CudaTimer(rw, cuda)  # anchor event at 2 ms
+    anchor_raw = timer._anchor_raw
+    rw.step_begin(0)
+    n = len(reads)
+    with timer.op("forward-compute", mb=0):  # start event at 4 ms: 2 ms after the anchor
+        pass
+    launch = reads[n]
+    timer.collect()
+    assert rw.notes.issue_ns == [anchor_raw + 2_000_000 - launch]

@@ -24,3 +24,11 @@ def test_round_trips_through_json_and_checks_values() -> None:
         WorkloadConfig(schedule="zb")
     with pytest.raises(ValueError):
         WorkloadConfig(dp=0)
+
+
+def test_faults_start_at_fault_from_on_the_chosen_ranks() -> None:
+    cfg = WorkloadConfig(slow_rank=1, slow_matmuls=10, fault_from=3, netns="ns", netns_ranks="1,3")
+    assert [cfg.is_slow(1, s) for s in range(5)] == [False, False, False, True, True]
+    assert cfg.faulty(2, -1, 3) and not cfg.faulty(2, -1, 2)
+    assert cfg.faulty(2, 2, 4) and not cfg.faulty(1, 2, 4)
+    assert cfg.in_netns(3) and not cfg.in_netns(0) and not cfg.in_netns(13)

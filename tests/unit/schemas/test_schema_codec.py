@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.schemas.errors import REASONS, InvalidMessage
 from rankwatch.schemas.examples import example
-from rankwatch.schemas.registry import KINDS
+from rankwatch.schemas.registry import KINDS, versions
 
 
 def _reason(kind: str, data: bytes, **kwargs: int) -> str:
@@ -39,10 +39,11 @@ def test_truncated_bytes_are_malformed(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_unknown_version(kind: str) -> None:
-    data = orjson.dumps(example(kind, version=2))
+    unknown = versions(kind)[-1] + 1
+    data = orjson.dumps(example(kind, version=unknown))
     assert _reason(kind, data) == "unknown-version"
     with pytest.raises(InvalidMessage) as caught:
-        encode(kind, example(kind, version=2))
+        encode(kind, example(kind, version=unknown))
     assert caught.value.reason == "unknown-version"
 
 

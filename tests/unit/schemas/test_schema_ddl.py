@@ -12,7 +12,7 @@ import pytest
 
 from rankwatch.schemas import ddl
 from rankwatch.schemas.optypes import OPTYPES
-from rankwatch.schemas.registry import schema
+from rankwatch.schemas.registry import latest_version, schema
 from rankwatch.schemas.tables import CONTRACTS, TableContract
 
 GOLDEN = Path(__file__).parent / "golden" / "ddl.sql"
@@ -42,6 +42,7 @@ _EXPECTED_TABLES = {
     "dead_letters",
     "detector_state",
     "announced",
+    "rank_signals",
 }
 
 
@@ -118,7 +119,7 @@ def test_enums_agree() -> None:
     ]
     dimensions = schema("steps")["$defs"]["dimension"]["enum"]
     assert _in_list(tables["step_attribution"].constraints["dimension_known"]) == dimensions
-    alerts = schema("alerts")["properties"]
+    alerts = schema("alerts", latest_version("alerts"))["properties"]
     for field in ("kind", "state", "severity"):
         assert _in_list(tables["alerts"].constraints[f"{field}_known"]) == alerts[field]["enum"]
 

@@ -29,9 +29,10 @@ def _walk(node: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def test_every_topic_has_exactly_one_schema_file() -> None:
-    on_disk = sorted(p.name.split(".")[0] for p in SCHEMA_DIR.glob("*.schema.json"))
+    on_disk = sorted({p.name.split(".")[0] for p in SCHEMA_DIR.glob("*.schema.json")})
     assert on_disk == sorted(TOPICS)
-    assert all(versions(kind) == (1,) for kind in KINDS)
+    grown = {"ops": (1, 2), "alerts": (1, 2)}  # v2 adds optional fields / enum values
+    assert all(versions(kind) == grown.get(kind, (1,)) for kind in KINDS)
     assert all(topic == f"rankwatch.{kind}" for kind, topic in TOPICS.items())
 
 
@@ -71,18 +72,24 @@ def test_optype_enums_are_the_vocabulary() -> None:
 
 
 def test_opbatch_fields_are_the_schema_fields() -> None:
-    raw = schema("ops")
+    raw = schema("ops", versions("ops")[-1])
     scalars = [name for name, prop in raw["properties"].items() if prop.get("type") == "integer"]
     strings = [name for name, prop in raw["properties"].items() if prop.get("type") == "string"]
     assert set(HEADER_FIELDS) == {*scalars, *strings}
     columns = [spec.name for spec in cols.column_specs(raw)]
-    assert [f.name for f in fields(OpBatch)] == [*HEADER_FIELDS, *columns, "steps_done"]
+    assert [f.name for f in fields(OpBatch)] == [
+        *HEADER_FIELDS,
+        *columns,
+        "steps_done",
+        "rank_steps",
+    ]
     assert set(raw["properties"]) == {
         "schema",
         "version",
         *HEADER_FIELDS,
         *cols.GROUPS,
         "steps_done",
+        "rank_steps",
     }
 
 

@@ -15,7 +15,7 @@ from jsonschema.protocols import Validator
 from rankwatch.schemas import columns as cols
 from rankwatch.schemas.codec import decode, decode_ops, encode, encode_ops
 from rankwatch.schemas.errors import InvalidMessage
-from rankwatch.schemas.examples import example, example_batch
+from rankwatch.schemas.examples import example, example_batch, rank_step
 from rankwatch.schemas.fastcheck import Check, compile_check
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
 from rankwatch.schemas.optypes import OPTYPES
@@ -61,7 +61,29 @@ def test_message_and_batch_agree() -> None:
     assert batch.stream is not None and batch.stream.tolist() == ["compute", "pp"]
     assert batch.flops is None
     assert batch.steps_done == ((2, 412),)
-    assert orjson.loads(encode_ops(batch)) == message
+    assert batch.rank_steps == ()
+    assert orjson.loads(encode_ops(batch)) == {**message, "version": 2}  # written as latest
+
+
+def test_version_1_producers_are_still_accepted() -> None:
+    """An old hook (ops v1, no rank_steps) decodes exactly as before; v1 refuses the
+    v2-only field, v2 carries it through."""
+    v1 = example("ops")
+    assert decode_ops(encode("ops", v1)).rank_steps == ()
+    with pytest.raises(InvalidMessage):
+        decode_ops(orjson.dumps({**v1, "rank_steps": [rank_step()]}))
+    v2 = {**v1, "version": 2, "rank_steps": [rank_step()]}
+    batch = decode_ops(encode("ops", v2))
+    assert batch.rank_steps == (rank_step(),)
+    assert orjson.loads(encode_ops(batch)) == v2
+
+
+def test_bad_rank_step_is_refused_with_its_path() -> None:
+    bad = rank_step(ops=[{"optype": "forward-compute", "n": 0, "time_ns": 5}])
+    message = {**example("ops"), "version": 2, "rank_steps": [bad]}
+    with pytest.raises(InvalidMessage) as caught:
+        decode_ops(orjson.dumps(message))
+    assert "rank_steps" in caught.value.detail
 
 
 def test_every_optype_survives() -> None:

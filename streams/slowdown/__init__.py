@@ -1,0 +1,1 @@
+"""Slowdowns the what-if cannot see: signals, baselines, diagnosis (docs/detection.md, §3)."""

@@ -1,0 +1,361 @@
+"""Anomalies of the slowdown signals against the job's own history (pure).
+
+Per job, rank and signal, the baseline is the rolling median of the rank's latest
+``window`` values taken while no episode of that kind was open on it (a fault does not
+become its own yardstick); a value is judged once ``warmup`` of them exist. The rules
+(docs/detection.md, section 3, says why these numbers):
+
+========================  =======================================================
+``flops-drop``            FLOP/s under ``flops_drop`` x baseline
+``bandwidth-drop``        bus bandwidth under ``bandwidth_drop`` x baseline
+``throughput-drop``       the job's median throughput under ``throughput_drop`` x
+                          baseline (judged once per step, rank -1)
+``void-high``             hidden inter-step share (``v_inter`` less data waits and
+                          GC) or untimed share inside the step (``v_minority``)
+                          above ``max(floor, baseline + margin)``
+``gc-pauses``             GC share of the step above ``max(floor, baseline + margin)``
+``dataloader-bound``      data-wait share above ``max(floor, baseline + margin)``
+``issue-stall``           issue-latency p99 above ``issue_ratio`` x baseline and
+                          ``issue_floor_us`` over it (GPU only)
+========================  =======================================================
+
+Episodes: a rank's episode of a kind opens once ``open_after`` of its last
+``open_within`` steps were anomalous and closes after ``close_after`` normal ones in a
+row. One alert per job and kind: it fires when
+the first rank opens and resolves when the last one closes; its ``alert_id`` names the
+job, the kind and the step it fired at.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankwatch.streams.slowdown.signals import Signals
+
+KINDS = (
+    "flops-drop",
+    "bandwidth-drop",
+    "issue-stall",
+    "void-high",
+    "gc-pauses",
+    "dataloader-bound",
+    "throughput-drop",
+)
+JOB_RANK = -1
+"""The pseudo-rank of job-level signals (throughput)."""
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    window: int = 20
+    warmup: int = 5
+    open_after: int = 5
+    open_within: int = 5
+    """An episode opens once ``open_after`` of the last ``open_within`` steps were
+    anomalous (5 of 5: five in a row)."""
+    close_after: int = 3
+    flops_drop: float = 0.55
+    bandwidth_drop: float = 0.1
+    throughput_drop: float = 0.6
+    void_floor: float = 0.15
+    void_margin: float = 0.10
+    gc_floor: float = 0.05
+    gc_margin: float = 0.05
+    data_floor: float = 0.10
+    data_margin: float = 0.10
+    issue_ratio: float = 4.0
+    issue_floor_us: float = 100.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One kind's verdict for one rank (or the job) in one step."""
+
+    kind: str
+    rank: int
+    value: float
+    baseline: float | None
+    anomalous: bool
+
+
+@dataclass
+class _Track:
+    """One (rank, signal) series: its healthy history and its episode state."""
+
+    history: deque[float]
+    recent: deque[bool]
+    """Whether each of the latest steps was anomalous (while closed)."""
+    run: int = 0  # normal steps in a row while open
+    open: bool = False
+
+
+@dataclass
+class SlowdownAlert:
+    job: str
+    kind: str
+    state: str
+    step: int
+    ts_ns: int
+    ranks: tuple[int, ...]
+    evidence: dict[str, Any]
+
+    @property
+    def alert_id(self) -> str:
+        return f"{self.kind}:{self.job}:{self.evidence['fired_at_step']}"
+
+    def message(self) -> dict[str, Any]:
+        """The ``alerts`` v2 message."""
+        return {
+            "schema": "alerts",
+            "version": 2,
+            "alert_id": self.alert_id,
+            "job": self.job,
+            "kind": self.kind,
+            "state": self.state,
+            "severity": "warning",
+            "ts_ns": self.ts_ns,
+            "summary": _summary(self),
+            "evidence": {**self.evidence, "ranks": list(self.evidence["ranks"])},
+        }
+
+
+def _summary(alert: SlowdownAlert) -> str:
+    who = "the job" if alert.ranks == (JOB_RANK,) else f"ranks {_ranges(alert.ranks)}"
+    verb = "since" if alert.state == "firing" else "ended at"
+    e = alert.evidence
+    figures = ""
+    if e.get("value") is not None and e.get("baseline") is not None:
+        figures = f": {e['signal']} {e['value']:.4g} against {e['baseline']:.4g}"
+    return f"{alert.job}: {alert.kind} on {who} {verb} step {alert.step}{figures}"
+
+
+def _ranges(ranks: Sequence[int]) -> str:
+    return ",".join(str(r) for r in sorted(ranks))
+
+
+SIGNAL_OF: dict[str, str] = {
+    "flops-drop": "flops_per_s",
+    "bandwidth-drop": "busbw",
+    "throughput-drop": "throughput",
+    "void-high": "void",
+    "gc-pauses": "gc_share",
+    "dataloader-bound": "data_share",
+    "issue-stall": "issue_p99_us",
+}
+
+
+@dataclass
+class _Job:
+    tracks: dict[tuple[str, int], _Track] = field(default_factory=dict)
+    alerts: dict[str, SlowdownAlert] = field(default_factory=dict)
+    """kind -> its firing alert."""
+
+
+class SlowdownDetector:
+    """Feed each step's signals (all ranks of one job); get findings and alerts."""
+
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.config = config or DetectorConfig()
+        self._jobs: dict[str, _Job] = {}
+
+    def forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
+
+    def restore(
+        self,
+        steps: Sequence[tuple[Sequence[Signals], Mapping[int, Sequence[str]]]],
+        firing: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """A job's state after a restart, from what was stored: its latest steps'
+        signals with the kinds open on each rank (oldest first), and its slowdown alerts
+        still firing (alert messages). Baselines are rebuilt by judging the stored steps
+        again (alerts discarded), which also rebuilds the run toward an episode not open
+        yet; then each episode is set open exactly where the last stored step had it,
+        and each firing alert is held as it was sent, so no second firing alert goes out
+        and its resolved one keeps its ``alert_id``."""
+        if not steps:
+            return
+        name = steps[0][0][0].job
+        self.forget(name)
+        for signals, _ in steps:
+            self.observe(signals)
+        job = self._jobs[name]
+        last_signals, last_open = steps[-1]
+        ranks = {s.rank for s in last_signals} | {JOB_RANK}
+        for (kind, rank), track in job.tracks.items():
+            stored = kind in last_open.get(rank, ())
+            if rank in ranks and track.open != stored:  # the stored verdict wins
+                track.open, track.run = stored, 0
+                track.recent.clear()
+        job.alerts = {a["kind"]: _held(a) for a in firing if a["kind"] in KINDS}
+        for kind, alert in job.alerts.items():  # job-level episodes live in alerts only
+            held = job.tracks.get((kind, JOB_RANK))
+            if held is not None and JOB_RANK in alert.ranks:
+                held.open = True
+
+    def observe(
+        self, signals: Sequence[Signals]
+    ) -> tuple[dict[int, list[str]], list[SlowdownAlert]]:
+        """(rank -> kinds with an open episode at this step, alert state changes)."""
+        if not signals:
+            return {}, []
+        job = self._jobs.setdefault(signals[0].job, _Job())
+        findings = [f for s in signals for f in self._rank_findings(job, s)]
+        findings += self._job_findings(job, signals)
+        open_now: dict[int, list[str]] = {}
+        for f in findings:
+            if self._advance(job, f):
+                open_now.setdefault(f.rank, []).append(f.kind)
+        last = max(signals, key=lambda s: s.start_ns)
+        alerts = self._alerts(job, signals[0].job, last.step, last.start_ns, open_now, findings)
+        return open_now, alerts
+
+    # -- findings ----------------------------------------------------------------------
+
+    def _rank_findings(self, job: _Job, s: Signals) -> list[Finding]:
+        c = self.config
+        out = []
+        drops = (
+            ("flops-drop", s.flops_per_s, c.flops_drop),
+            ("bandwidth-drop", s.busbw, c.bandwidth_drop),
+        )
+        for kind, value, ratio in drops:
+            if value is not None:
+                out.append(self._judge(job, kind, s.rank, value, _below(ratio)))
+        void = max(s.v_hidden, s.v_minority)
+        out.append(self._judge(job, "void-high", s.rank, void, _above(c.void_floor, c.void_margin)))
+        out.append(
+            self._judge(job, "gc-pauses", s.rank, s.gc_share, _above(c.gc_floor, c.gc_margin))
+        )
+        out.append(
+            self._judge(
+                job, "dataloader-bound", s.rank, s.data_share, _above(c.data_floor, c.data_margin)
+            )
+        )
+        if s.issue_p99_us is not None:
+            out.append(
+                self._judge(
+                    job,
+                    "issue-stall",
+                    s.rank,
+                    s.issue_p99_us,
+                    lambda v, b: v > c.issue_ratio * b and v > b + c.issue_floor_us,
+                )
+            )
+        return [f for f in out if f is not None]
+
+    def _job_findings(self, job: _Job, signals: Sequence[Signals]) -> list[Finding]:
+        values = [s.throughput for s in signals if s.throughput is not None]
+        if not values:
+            return []
+        ratio = self.config.throughput_drop
+        f = self._judge(
+            job, "throughput-drop", JOB_RANK, statistics.median(values), lambda v, b: v < ratio * b
+        )
+        return [f] if f is not None else []
+
+    def _judge(
+        self, job: _Job, kind: str, rank: int, value: float, bad: Callable[[float, float], bool]
+    ) -> Finding | None:
+        track = job.tracks.get((kind, rank))
+        if track is None:
+            track = job.tracks[(kind, rank)] = _Track(
+                deque(maxlen=self.config.window), deque(maxlen=self.config.open_within)
+            )
+        if len(track.history) < self.config.warmup:
+            track.history.append(value)
+            return None
+        base = statistics.median(track.history)
+        return Finding(kind, rank, value, base, bad(value, base))
+
+    # -- episodes ----------------------------------------------------------------------
+
+    def _advance(self, job: _Job, f: Finding) -> bool:
+        """Move the (kind, rank) episode on by one step; whether it is open after it."""
+        c = self.config
+        track = job.tracks[(f.kind, f.rank)]
+        if not track.open:
+            track.recent.append(f.anomalous)
+            if sum(track.recent) >= c.open_after:
+                track.open, track.run = True, 0
+                track.recent.clear()
+            elif not f.anomalous:
+                track.history.append(f.value)
+        else:
+            track.run = track.run + 1 if not f.anomalous else 0
+            if track.run >= c.close_after:
+                track.open, track.run = False, 0
+        return track.open
+
+    def _alerts(
+        self,
+        job: _Job,
+        name: str,
+        step: int,
+        ts_ns: int,
+        open_now: dict[int, list[str]],
+        findings: Sequence[Finding],
+    ) -> list[SlowdownAlert]:
+        out = []
+        for kind in KINDS:
+            ranks = tuple(sorted(r for r, kinds in open_now.items() if kind in kinds))
+            firing = job.alerts.get(kind)
+            if ranks and firing is None:
+                alert = SlowdownAlert(
+                    name, kind, "firing", step, ts_ns, ranks, _evidence(kind, ranks, findings, step)
+                )
+                job.alerts[kind] = alert
+                out.append(alert)
+            elif ranks and firing is not None:
+                seen = set(firing.evidence["ranks"]) | set(ranks)
+                firing.evidence = {**firing.evidence, "ranks": sorted(seen)}
+            elif not ranks and firing is not None:
+                del job.alerts[kind]
+                evidence = {**firing.evidence, "resolved_at_step": step}
+                out.append(
+                    SlowdownAlert(
+                        name, kind, "resolved", step, ts_ns, tuple(evidence["ranks"]), evidence
+                    )
+                )
+        return out
+
+
+def _held(message: Mapping[str, Any]) -> SlowdownAlert:
+    """A stored firing alert back as the one the detector holds."""
+    e = dict(message["evidence"])
+    return SlowdownAlert(
+        message["job"],
+        message["kind"],
+        "firing",
+        int(e["fired_at_step"]),
+        int(message["ts_ns"]),
+        tuple(e["ranks"]),
+        e,
+    )
+
+
+def _below(ratio: float) -> Callable[[float, float], bool]:
+    return lambda v, b: v < ratio * b
+
+
+def _above(floor: float, margin: float) -> Callable[[float, float], bool]:
+    return lambda v, b: v > max(floor, b + margin)
+
+
+def _evidence(
+    kind: str, ranks: tuple[int, ...], findings: Sequence[Finding], step: int
+) -> dict[str, Any]:
+    mine = [f for f in findings if f.kind == kind and f.rank in ranks]
+    values = [f.value for f in mine]
+    bases = [f.baseline for f in mine if f.baseline is not None]
+    return {
+        "ranks": list(ranks),
+        "signal": SIGNAL_OF[kind],
+        "value": statistics.median(values) if values else None,
+        "baseline": statistics.median(bases) if bases else None,
+        "fired_at_step": step,
+    }

@@ -1,0 +1,135 @@
+"""Baselines, hysteresis and one alert per episode; the diagnosis names the cause."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
+from rankwatch.streams.slowdown.diagnosis import WhatIf, diagnose
+from rankwatch.streams.slowdown.signals import Signals
+
+HEALTHY = Signals(
+    job="j",
+    step=0,
+    rank=0,
+    host="h",
+    dp_rank=0,
+    pp_rank=0,
+    start_ns=0,
+    t_step=0.1,
+    t_inter=0.001,
+    v_inter=0.01,
+    v_minority=0.05,
+    throughput=320.0,
+    flops_per_s=1e11,
+    busbw=1e9,
+    gc_s=0.0005,
+    gc_count=1,
+    data_wait_s=0.0,
+    issue_p50_us=None,
+    issue_p99_us=None,
+)
+
+
+def step(n: int, ranks: int = 4, **slow: Any) -> list[Signals]:
+    """Step ``n`` of a 4-rank job; ``slow`` maps rank -> field overrides."""
+    out = []
+    for r in range(ranks):
+        s = replace(HEALTHY, step=n, rank=r, dp_rank=r % 2, pp_rank=r // 2, start_ns=n * 10**8)
+        out.append(replace(s, **slow.get(f"r{r}", {})))
+    return out
+
+
+def run(detector: SlowdownDetector, steps: list[list[Signals]]) -> list[Any]:
+    alerts = []
+    for signals in steps:
+        alerts += detector.observe(signals)[1]
+    return alerts
+
+
+def test_healthy_job_never_alerts() -> None:
+    assert run(SlowdownDetector(), [step(n) for n in range(50)]) == []
+
+
+def test_one_episode_one_alert_naming_the_rank() -> None:
+    slow = {"r1": {"flops_per_s": 3e10}}
+    steps = [step(n) for n in range(10)]
+    steps += [step(n, **slow) for n in range(10, 20)]
+    steps += [step(n) for n in range(20, 30)]
+    alerts = run(SlowdownDetector(), steps)
+    assert [(a.kind, a.state, a.step, a.ranks) for a in alerts] == [
+        ("flops-drop", "firing", 14, (1,)),  # fifth anomalous step in a row
+        ("flops-drop", "resolved", 22, (1,)),  # third normal one
+    ]
+    assert alerts[0].alert_id == alerts[1].alert_id == "flops-drop:j:14"
+    message = alerts[0].message()
+    assert message["version"] == 2 and message["evidence"]["value"] == 3e10
+    assert message["evidence"]["baseline"] == 1e11
+
+
+def test_flapping_does_not_open_an_episode() -> None:
+    slow = {"r1": {"flops_per_s": 3e10}}
+    steps = [step(n) for n in range(10)]
+    steps += [step(n, **slow) if n % 5 else step(n) for n in range(10, 40)]  # 4 in a row
+    assert run(SlowdownDetector(), steps) == []
+
+
+def test_the_fault_does_not_become_its_own_baseline() -> None:
+    slow = {"r0": {"busbw": 5e7}, "r1": {"busbw": 5e7}, "r2": {"busbw": 5e7}, "r3": {"busbw": 5e7}}
+    steps = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 100)]
+    alerts = run(SlowdownDetector(), steps)
+    assert [(a.kind, a.state, a.ranks) for a in alerts] == [
+        ("bandwidth-drop", "firing", (0, 1, 2, 3))
+    ]
+
+
+def test_shares_alert_above_floor_and_baseline() -> None:
+    d = SlowdownDetector(DetectorConfig())
+    steps = [step(n) for n in range(10)]
+    steps += [step(n, r2={"gc_s": 0.02}) for n in range(10, 15)]  # 20% of 0.1 s
+    steps += [step(n, r0={"data_wait_s": 0.03}) for n in range(15, 20)]
+    steps += [step(n, r3={"t_inter": 0.04, "v_inter": 0.4}) for n in range(20, 25)]
+    kinds = {(a.kind, a.ranks) for a in run(d, steps) if a.state == "firing"}
+    assert kinds == {("gc-pauses", (2,)), ("dataloader-bound", (0,)), ("void-high", (3,))}
+
+
+def _rows(steps: list[list[Signals]], detector: SlowdownDetector) -> list[dict[str, Any]]:
+    rows = []
+    for signals in steps:
+        open_now, _ = detector.observe(signals)
+        for s in signals:
+            rows.append({**vars(s), "anomalies": open_now.get(s.rank, [])})
+    return rows
+
+
+def test_diagnosis_names_cause_and_ranks() -> None:
+    compute = [step(n) for n in range(10)]
+    compute += [step(n, r1={"flops_per_s": 3e10, "t_step": 0.2}) for n in range(10, 20)]
+    d = diagnose("j", _rows(compute, SlowdownDetector()))
+    assert (d.cause, d.ranks) == ("straggler compute", [1])
+    assert "FLOP/s: 100 GFLOP/s -> 30 GFLOP/s (0.3x)" in d.text()
+    slow = {f"r{r}": {"busbw": 5e7} for r in range(4)}
+    network = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 20)]
+    d = diagnose("j", _rows(network, SlowdownDetector()))
+    assert (d.cause, d.ranks, d.everyone) == ("everyone-slow network", [0, 1, 2, 3], True)
+
+
+def test_diagnosis_without_signals_falls_back_on_the_whatif() -> None:
+    rows = _rows([step(n) for n in range(10)], SlowdownDetector())
+    assert diagnose("j", rows).cause == "healthy"
+    assert diagnose("j", rows, WhatIf(1.3, 10, "worker 1,0")).cause == "stragglers"
+
+
+def test_a_cause_wins_over_its_symptoms() -> None:
+    """GC pauses on rank 2 that also slow rank 0's and 2's compute (shared cores): GC,
+    even though flops-drop is open on more rank-steps."""
+    gc_run = [step(n) for n in range(10)]
+    slow = {"gc_s": 0.02, "flops_per_s": 3e10}
+    gc_run += [
+        step(n, r0={"flops_per_s": 3e10}, r2=slow if n < 16 else {"flops_per_s": 3e10})
+        for n in range(10, 24)
+    ]
+    d = diagnose("j", _rows(gc_run, SlowdownDetector()))
+    assert (d.cause, d.ranks) == ("GC", [2])
+    assert any(line.startswith("also open: flops-drop") for line in d.lines)
