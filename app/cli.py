@@ -28,6 +28,7 @@ COMMANDS = (
     "rankwatch.commands.hang",
     "rankwatch.commands.grafana",
     "rankwatch.commands.report",
+    "rankwatch.commands.scenario",
 )
 
 
