@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -64,6 +65,8 @@ VETH = ("rw16va", "rw16vb")
 ADDR = ("10.216.0.1", "10.216.0.2")
 CGROUP = Path("/sys/fs/cgroup/cpu/rw16")
 PERIOD_US = 10_000
+MARGIN_NS = 20_000_000
+"""A step counts for a phase only if it starts this long after the switch."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class Run:
     step_s: float
     trace: Trace
     meta: JobMeta
+    steps: int
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Case:
     runner: str  # "netns", "cgroup" or "plain"
     a_env: dict[str, Any]
     b_env: dict[str, Any]
+    period_s: float = 1.0  # A/B phase length when they alternate inside one job
 
 
 def base_config(**changes: Any) -> WorkloadConfig:
@@ -95,11 +100,11 @@ def base_config(**changes: Any) -> WorkloadConfig:
     )
 
 
-def cases(steps: int) -> dict[str, Case]:
-    net = base_config(steps=steps, job="scn-net")
+def cases(steps: int, alt_steps: int) -> dict[str, Case]:
+    net = base_config(steps=alt_steps, job="scn-net")
     activation = net.microbatch_size * net.seq * net.hidden * 4  # float32 bytes per send
     p2p = ("forward-send", "forward-recv", "backward-send", "backward-recv")
-    comp = base_config(steps=steps, dp=1, hidden=256, seq=64, job="scn-cpu")
+    comp = base_config(steps=alt_steps, dp=1, hidden=256, seq=64, job="scn-cpu")
     mb = base_config(steps=steps, job="scn-mb")
     return {
         "network": Case(
@@ -110,7 +115,7 @@ def cases(steps: int) -> dict[str, Case]:
         ),
         "compute": Case(
             "compute", comp, comp, {"gpu.speed": 0.5}, Hardware(gpus_per_host=1),
-            "cgroup", {"quota": None}, {"quota": 0.5},
+            "cgroup", {"quota": None}, {"quota": 0.5}, period_s=2.5,
         ),
         "microbatches": Case(
             "microbatches", mb, replace(mb, microbatches=8), {"microbatches": 8},
@@ -138,22 +143,90 @@ def measuring() -> Iterator[None]:
 
 
 def measure(case: Case, which: str, warmup: int) -> Run:
+    """A job run wholly in configuration ``which`` (the microbatch case)."""
     cfg = case.a if which == "a" else case.b
+    ranks, assembled = run_workload(case, cfg, None)
+    kept = [s for s in range(warmup, cfg.steps) if s in assembled]
+    return to_run(ranks, assembled, kept, cfg)
+
+
+def measure_alternating(case: Case, warmup: int, period_s: float) -> tuple[Run, Run]:
+    """One job whose link rate or CPU quota switches between A and B every ``period_s``:
+    steps that ran wholly inside one phase count for it (a change of load on this shared
+    machine then hits A and B alike)."""
+    switches: list[tuple[int, str]] = []
+    stop = threading.Event()
+
+    def toggle() -> None:
+        which = "a"
+        while not stop.is_set():
+            apply(case, which)
+            switches.append((time.time_ns(), which))
+            stop.wait(period_s)
+            which = "b" if which == "a" else "a"
+
+    ranks, assembled = run_workload(case, case.a, toggle, stop)
+    phase = {"a": [], "b": []}  # type: dict[str, list[int]]
+    for step in range(warmup, case.a.steps):
+        t0 = min(r["steps"][step]["start_ns"] for r in ranks)
+        t1 = max(r["steps"][step]["end_ns"] for r in ranks)
+        which = inside_phase(switches, t0, t1)
+        if which and step in assembled:
+            phase[which].append(step)
+    return (
+        to_run(ranks, assembled, phase["a"], case.a),
+        to_run(ranks, assembled, phase["b"], case.a),
+    )
+
+
+def inside_phase(switches: list[tuple[int, str]], t0: int, t1: int) -> str | None:
+    """The phase a step [t0, t1] lies in wholly (MARGIN_NS after its switch), else None."""
+    for k, (at, which) in enumerate(switches):
+        until = switches[k + 1][0] if k + 1 < len(switches) else 2**63
+        if at + MARGIN_NS <= t0 and t1 <= until:
+            return which
+    return None
+
+
+def apply(case: Case, which: str) -> None:
     env = case.a_env if which == "a" else case.b_env
+    if case.runner == "netns":
+        shape_link(env["rate_mbit"])
+    elif case.runner == "cgroup":
+        set_quota(case.a.world, env["quota"])
+
+
+def run_workload(
+    case: Case,
+    cfg: WorkloadConfig,
+    toggle: Any = None,
+    stop: threading.Event | None = None,
+) -> tuple[list[dict[str, Any]], dict[int, Any]]:
     with tempfile.TemporaryDirectory(prefix="scn-") as tmp:
         spool, out = Path(tmp) / "spool", Path(tmp) / "out"
         out.mkdir()
         cfg = replace(cfg, spool_dir=str(spool), seed=int(time.time()) % 1000)
         with measuring():
-            if case.runner == "netns":
-                shape_link(env["rate_mbit"])
-                ranks = launch_ranks(cfg, out, netns=True)
-            elif case.runner == "cgroup":
-                ranks = launch_ranks(cfg, out, quota=env["quota"])
-            else:
-                ranks = run_job(cfg, out).ranks
-        assembled = assembled_steps(spool)
-    kept = [s for s in range(warmup, cfg.steps) if s in assembled]
+            thread = threading.Thread(target=toggle, daemon=True) if toggle else None
+            if thread is not None:
+                thread.start()
+            try:
+                if case.runner == "plain":
+                    ranks = run_job(cfg, out).ranks
+                else:
+                    ranks = launch_ranks(cfg, out, netns=case.runner == "netns")
+            finally:
+                if thread is not None and stop is not None:
+                    stop.set()
+                    thread.join()
+        return ranks, assembled_steps(spool)
+
+
+def to_run(
+    ranks: list[dict[str, Any]], assembled: dict[int, Any], kept: list[int], cfg: WorkloadConfig
+) -> Run:
+    if len(kept) < 2:
+        raise RuntimeError(f"only {len(kept)} step(s) to use: raise --steps")
     times = [
         (
             max(r["steps"][s]["end_ns"] for r in ranks)
@@ -163,12 +236,10 @@ def measure(case: Case, which: str, warmup: int) -> Run:
         for s in kept
     ]
     trace = concat([assembled[s] for s in kept])
-    return Run(statistics.median(times), trace, JobMeta(dp_size=cfg.dp, pp_size=cfg.pp))
+    return Run(statistics.median(times), trace, JobMeta(dp_size=cfg.dp, pp_size=cfg.pp), len(kept))
 
 
-def launch_ranks(
-    cfg: WorkloadConfig, out: Path, netns: bool = False, quota: float | None = None
-) -> list[dict[str, Any]]:
+def launch_ranks(cfg: WorkloadConfig, out: Path, netns: bool = False) -> list[dict[str, Any]]:
     """One process per rank (so each can live in its own namespace / cgroup)."""
     port = free_port() if not netns else 29500 + int(time.time()) % 1000
     procs = []
@@ -192,9 +263,8 @@ def launch_ranks(
             cmd = ["ip", "netns", "exec", NS[host], *cmd]
         log = (out / f"rank{rank}.log").open("wb")
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        if quota is not None:
-            group = CGROUP / f"rank{rank}"
-            (group / "cgroup.procs").write_text(str(proc.pid))
+        if not netns:  # the compute case: each rank in its own CPU cgroup
+            (CGROUP / f"rank{rank}" / "cgroup.procs").write_text(str(proc.pid))
         procs.append(proc)
     for rank, proc in enumerate(procs):
         if proc.wait(600) != 0:
@@ -221,10 +291,20 @@ def setup_netns() -> None:
 
 
 def shape_link(rate_mbit: int) -> None:
-    """tbf on both ends of the veth pair (never on lo or eth0)."""
+    """tbf on both ends of the veth pair (never on lo or eth0). ``change`` keeps the
+    queue (``replace`` would drop it: TCP loss recovery, slow steps in both phases)."""
     for i in range(2):
-        sh("ip", "netns", "exec", NS[i], "tc", "qdisc", "replace", "dev", VETH[i], "root",
+        verb = "change" if _shaped(VETH[i], NS[i]) else "add"
+        sh("ip", "netns", "exec", NS[i], "tc", "qdisc", verb, "dev", VETH[i], "root",
            "tbf", "rate", f"{rate_mbit}mbit", "burst", "32kb", "latency", "200ms")  # fmt: skip
+
+
+def _shaped(dev: str, ns: str) -> bool:
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", dev],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return "tbf" in out
 
 
 def teardown_netns() -> None:
@@ -295,29 +375,14 @@ def run_case(case: Case, repeats: int, warmup: int) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     try:
         for rep in range(repeats):
-            order = ("a", "b") if rep % 2 == 0 else ("b", "a")
-            got: dict[str, Run] = {}
-            for which in order:
-                if case.runner == "cgroup":
-                    env = case.a_env if which == "a" else case.b_env
-                    set_quota(case.a.world, env["quota"])
-                got[which] = measure(case, which, warmup)
-            predicted, speedup, per_type = predict(case, got["a"])
-            row = {
-                "measured_a": got["a"].step_s,
-                "measured_b": got["b"].step_s,
-                "predicted_b": predicted,
-                "error": predicted / got["b"].step_s - 1,
-                "measured_speedup": got["a"].step_s / got["b"].step_s,
-                "predicted_speedup": speedup,
-                "simulated_a": simulated(got["a"], case.hardware),
-                "simulated_b": simulated(got["b"], case.hardware),
-                "op_a": op_medians(got["a"]),
-                "op_b": op_medians(got["b"]),
-                "op_predicted_b": per_type,
-            }
-            runs.append(row)
-            print(json.dumps({case.name: row}), flush=True)
+            if case.runner == "plain":  # another graph: separate jobs, order alternating
+                order = ("a", "b") if rep % 2 == 0 else ("b", "a")
+                got = {which: measure(case, which, warmup) for which in order}
+                a, b = got["a"], got["b"]
+            else:
+                a, b = measure_alternating(case, warmup, case.period_s)
+            runs.append(compare(case, a, b))
+            print(json.dumps({case.name: runs[-1]}), flush=True)
     finally:
         if case.runner == "cgroup":
             teardown_cgroups()
@@ -326,16 +391,36 @@ def run_case(case: Case, repeats: int, warmup: int) -> dict[str, Any]:
     return {**{k: spread([r[k] for r in runs]) for k in keys}, "runs": runs}
 
 
+def compare(case: Case, a: Run, b: Run) -> dict[str, Any]:
+    predicted, speedup, per_type = predict(case, a)
+    return {
+        "measured_a": a.step_s,
+        "measured_b": b.step_s,
+        "predicted_b": predicted,
+        "error": predicted / b.step_s - 1,
+        "measured_speedup": a.step_s / b.step_s,
+        "predicted_speedup": speedup,
+        "simulated_a": simulated(a, case.hardware),
+        "simulated_b": simulated(b, case.hardware),
+        "steps_a": a.steps,
+        "steps_b": b.steps,
+        "op_a": op_medians(a),
+        "op_b": op_medians(b),
+        "op_predicted_b": per_type,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=["network", "compute", "microbatches"])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=12, help="steps per job (microbatches)")
+    parser.add_argument("--alt-steps", type=int, default=48, help="steps per alternating job")
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root: network namespaces, tc and cgroups")
-    chosen = cases(args.steps)
+    chosen = cases(args.steps, args.alt_steps)
     report: dict[str, Any] = {"config": vars(args), "cases": {}}
     if "network" in args.cases:
         setup_netns()

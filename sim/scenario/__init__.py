@@ -14,7 +14,8 @@ what-if engine's simulator does the rest.
 
 from __future__ import annotations
 
-from rankwatch.sim.analysis import measure_trace
+from rankwatch.sim.align import align
+from rankwatch.sim.durations import measure
 from rankwatch.sim.inference import infer_graph
 from rankwatch.sim.scenario.calibrate import Calibration, LinkFit, OpTypeFit, calibrate
 from rankwatch.sim.scenario.catalogue import GPUS, Gpu
@@ -32,7 +33,8 @@ from rankwatch.sim.trace import JobMeta, Trace
 def calibrate_trace(trace: Trace, meta: JobMeta, hardware: Hardware | None = None) -> Calibration:
     """Infer the job's graph from ``trace`` and calibrate its models on all its steps."""
     graph = infer_graph(trace, meta)
-    return calibrate(graph, measure_trace(graph, trace), meta, hardware or Hardware())
+    times = align(graph, trace)
+    return calibrate(graph, measure(graph, times), meta, hardware or Hardware(), times.start_NSD)
 
 
 __all__ = [

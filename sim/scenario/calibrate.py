@@ -76,13 +76,30 @@ class Calibration:
     hardware: Hardware
     links: tuple[LinkFit, LinkFit]  # (intra, inter)
     optypes: tuple[OpTypeFit, ...]
+    head_start_NSD: np.ndarray | None = None  # send start before its recv's, s (p2p)
+
+    def head_start(self) -> np.ndarray:
+        """How long each send started before its recv (0 elsewhere, or when unknown)."""
+        if self.head_start_NSD is None:
+            return np.zeros_like(self.cost_NSD)
+        return self.head_start_NSD
 
     def algorithm(self, optype: str) -> str:
         return self.hardware.collective.get(optype, DEFAULT_ALGORITHM[optype])
 
 
-def calibrate(graph: OpGraph, measured: Measured, meta: JobMeta, hardware: Hardware) -> Calibration:
-    """Fit the job's compute and communication models to its measured costs."""
+def calibrate(
+    graph: OpGraph,
+    measured: Measured,
+    meta: JobMeta,
+    hardware: Hardware,
+    start_NSD: np.ndarray | None = None,
+) -> Calibration:
+    """Fit the job's compute and communication models to its measured costs.
+
+    ``start_NSD``: the ops' recorded starts, for the head start of each send over its
+    recv (a send moves data from its own start: that much wire time is hidden).
+    """
     layout = Layout(
         dp=graph.dp_size,
         pp=graph.pp_size,
@@ -112,7 +129,21 @@ def calibrate(graph: OpGraph, measured: Measured, meta: JobMeta, hardware: Hardw
         hardware=hardware,
         links=links,
         optypes=optypes,
+        head_start_NSD=None if start_NSD is None else head_starts(graph, start_NSD),
     )
+
+
+def head_starts(graph: OpGraph, start_NSD: np.ndarray) -> np.ndarray:
+    """For both ops of each send/recv pair: recv start - send start, at least 0."""
+    out = np.zeros_like(start_NSD)
+    sends = np.isin(graph.optype, [CODE["forward-send"], CODE["backward-send"]])
+    for nodes, members in graph.member_buckets:
+        if members.shape[1] != 2:
+            continue
+        pair = sends[members[:, 0]] & ~sends[members[:, 1]]
+        send, recv = members[pair, 0], members[pair, 1]
+        out[nodes[pair]] = np.maximum(start_NSD[recv] - start_NSD[send], 0.0)
+    return out
 
 
 _Point = tuple[float, float | None, float]  # hops, bus bytes (None unknown), median cost

@@ -7,8 +7,9 @@ what the scenario changes:
   forward/backward, memory bandwidth for the optimizer, the roofline
   ``max(F / peak, B / mem)`` where the metadata gives an op's FLOPs and bytes; gc
   runs on the host and keeps its cost. Re-shaping may scale the work (layers/stage).
-- communication op: its cost splits into an alpha part (``hops * alpha`` of its link
-  class, at most the cost) and a beta part (the rest). The scenario adds the change
+- communication op: its cost splits into a beta part (``bus_bytes / bandwidth`` where
+  the op's size and its link's bandwidth are known, at most the cost; else the cost
+  above the alpha part ``hops * alpha``) and the rest. The scenario adds the change
   of the alpha part and multiplies the beta part by the change of bus factor (group
   size), of work, and of bandwidth of its link class (a group may change class when
   the layout changes)::
@@ -133,10 +134,43 @@ def _retime_comm(
         if not (ratio_TD != 1.0).any() and not (delta_TD != 0.0).any():
             continue
         c = out[these]  # (T, S, D)
-        beta = c - np.minimum(alpha_TD[:, None, :], c)
-        change = delta_TD[:, None, :] + beta * (ratio_TD[:, None, :] - 1.0)
+        grow = _beta_change(
+            cal, name, f_old, src[these], shape.source_D, old_link[these], alpha_TD, ratio_TD, c
+        )
+        change = delta_TD[:, None, :] + grow
         out[these] = np.maximum(c + change, 0.0)
     return out
+
+
+def _beta_change(
+    cal: Calibration,
+    name: str,
+    factor: float,
+    these: np.ndarray,
+    source_D: np.ndarray,
+    link_TD: np.ndarray,
+    alpha_TD: np.ndarray,
+    ratio_TD: np.ndarray,
+    cost_TSD: np.ndarray,
+) -> np.ndarray:
+    """How much the bandwidth part of each op's cost grows under ``ratio``.
+
+    With the op's size and its link's bandwidth known, the wire time is ``w = bus_bytes
+    / bandwidth``; a send moves data from its own start (gloo's TCP sockets, NCCL's
+    small messages), so the head start ``h`` it had over its recv hides that much of
+    it: the op waited ``(w - h)+`` for the wire, and waits ``(w ratio - h)+``. Without a
+    size, all of the cost above its alpha part is taken as wire time, scaled by ratio.
+    """
+    size = cal.hardware.bytes.get(name)
+    bandwidth = np.array([f.bandwidth or np.nan for f in cal.links])[link_TD]
+    if size is not None and np.isfinite(bandwidth).all():
+        wire = (size * factor / bandwidth)[:, None, :]
+        head = cal.head_start()[these][:, :, source_D]
+        before = np.maximum(wire - head, 0.0)
+        after = np.maximum(wire * ratio_TD[:, None, :] - head, 0.0)
+        return after - before
+    beta = cost_TSD - np.minimum(alpha_TD[:, None, :], cost_TSD)
+    return beta * (ratio_TD[:, None, :] - 1.0)
 
 
 def _bandwidth_ratios(

@@ -128,6 +128,21 @@ def test_doubling_bandwidth_halves_the_beta_term_and_keeps_alpha() -> None:
     np.testing.assert_allclose(after - alpha, (before - alpha) / 2, rtol=1e-12)
 
 
+def test_with_sizes_only_the_bytes_time_scales() -> None:
+    """A send of 125 kB on a 1 Gbit/s link needs 1 ms of its 2 ms: doubling the
+    bandwidth saves 0.5 ms per send; the rest (latency, waiting) stays."""
+    from rankwatch.sim.scenario.reshape import same_shape
+    from rankwatch.sim.scenario.retime import scenario_costs
+
+    p2p = ("forward-send", "forward-recv", "backward-send", "backward-recv")
+    hw = Hardware(inter_gbps=1, gpus_per_host=1, bytes=dict.fromkeys(p2p, 125_000.0))
+    cal = calibrate_trace(*generate_trace(PURE_P2P), hw)
+    faster = scenario_costs(cal, same_shape(cal.graph), {"network.inter_gbps": 2})
+    comm = np.isin(cal.graph.optype, [2, 3, 4, 5])
+    np.testing.assert_allclose(faster[comm], cal.cost_NSD[comm] - 0.5e-3, rtol=1e-12)
+    assert cal.links[1].bandwidth == 125e6
+
+
 def test_a_larger_dp_ring_moves_more_bus_bytes() -> None:
     """DP 2 -> 4: the bus factor (n-1)/n of all-gather and reduce-scatter goes 1/2 -> 3/4,
     so their transfers grow 1.5 times; all-reduce 2(n-1)/n the same; groups that do not
