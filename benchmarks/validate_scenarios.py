@@ -4,19 +4,22 @@ Run as root from the repo root (needs torch, ``ip netns``, ``tc`` with tbf, cgro
 ``cpu``); each job takes 10-30 s on 2 cores:
 
     .venv/bin/python benchmarks/validate_scenarios.py [--cases network compute microbatches]
-        [--repeats 3] [--steps 12] [--warmup 3]
+        [--repeats 5] [--steps 12] [--alt-steps 64] [--warmup 3]
 
 Per case: configuration A is measured, the scenario model calibrated on A's hook trace
-predicts B, and B is measured. A and B alternate (A B, then B A, ...), each job under
-an exclusive ``flock`` of /work/helpers/measure.lock when that file exists.
+predicts B, and B is measured. Network and compute switch between A and B inside one
+job (every 1 s / 2.5 s: ``tc qdisc change``, ``cpu.cfs_quota_us``); a step counts for
+a phase when it ran wholly inside it, so load from other work on this shared machine
+hits A and B alike. Microbatches need another graph: separate jobs, A B then B A.
+Each job holds an exclusive ``flock`` of /work/helpers/measure.lock when it exists.
 
 - ``network``: PP 2 x DP 2, stage 0 (ranks 0, 1) in network namespace rw16a, stage 1
   (ranks 2, 3) in rw16b, joined by a veth pair rate-limited with ``tc ... tbf`` on
-  both ends; A at 400 Mbit/s, B at 100 Mbit/s. Gloo binds each rank to its
+  both ends; A at 200 Mbit/s, B at 50 Mbit/s. Gloo binds each rank to its
   namespace's veth address (``GLOO_SOCKET_IFNAME``; ``MASTER_ADDR`` = rw16a's
   address), so pipeline sends cross the shaped link while the DP all-reduce stays on
-  the namespace's own loopback (intra-host). Scenario: ``network.inter_gbps=0.1``
-  from ``hardware.inter_gbps: 0.4``, with the activations' size per send.
+  the namespace's own loopback (intra-host). Scenario: ``network.inter_gbps=0.05``
+  from ``hardware.inter_gbps: 0.2``, with the activations' size per send.
 - ``compute``: PP 2 x DP 1, each rank in its own cgroup; A without a CPU quota, B
   with ``cpu.cfs_quota_us = cpu.cfs_period_us / 2`` (half a core each, 10 ms
   period). Scenario: ``gpu.speed=0.5``.
@@ -108,10 +111,10 @@ def cases(steps: int, alt_steps: int) -> dict[str, Case]:
     mb = base_config(steps=steps, job="scn-mb")
     return {
         "network": Case(
-            "network", net, net, {"network.inter_gbps": 0.1},
-            Hardware(inter_gbps=0.4, gpus_per_host=2, bytes={p: activation for p in p2p},
+            "network", net, net, {"network.inter_gbps": 0.05},
+            Hardware(inter_gbps=0.2, gpus_per_host=2, bytes={p: activation for p in p2p},
                      collective={"grads-reduce-scatter": "all-reduce"}),
-            "netns", {"rate_mbit": 400}, {"rate_mbit": 100},
+            "netns", {"rate_mbit": 200}, {"rate_mbit": 50},
         ),
         "compute": Case(
             "compute", comp, comp, {"gpu.speed": 0.5}, Hardware(gpus_per_host=1),
