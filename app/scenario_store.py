@@ -16,6 +16,7 @@ from rankwatch.errors import UserError
 
 if TYPE_CHECKING:
     from rankwatch.sim import JobMeta, Trace
+    from rankwatch.sim.scenario import ScenarioResult
 
 _STEPS = (
     "SELECT step FROM steps FINAL WHERE job = {job:String} AND t_sim IS NOT NULL "
@@ -84,3 +85,58 @@ def _meta(sizes: dict[str, Any], rows: list[dict[str, Any]]) -> JobMeta:
         dsp_size=max(int(sizes.get("cp") or 1), 1),
         vpp_size=max(int(sizes.get("vpp") or 1), max(int(r["chunk"]) for r in rows) + 1),
     )
+
+
+def write_results(
+    results: list[ScenarioResult],
+    job: str,
+    trace: Trace,
+    swept: str | None,
+    dsn: str | None,
+    database: str | None,
+) -> str:
+    """Store one run's scenarios (``scenarios`` table); returns the store's name."""
+    import time
+
+    from rankwatch.stores import open_store
+
+    rows = scenario_rows(results, job, trace, swept, time.time_ns())
+    with open_store(dsn, database, migrate=True) as store:
+        store.insert("scenarios", rows)
+        return store.where
+
+
+def scenario_rows(
+    results: list[ScenarioResult], job: str, trace: Trace, swept: str | None, now_ns: int
+) -> list[dict[str, Any]]:
+    """The ``scenarios`` rows of one run (one new run id, the same time)."""
+    import uuid
+
+    import orjson
+
+    from rankwatch.schemas.tables import scenario_row
+
+    run_id = uuid.uuid4().hex
+    steps = np.unique(trace.step)
+    return [
+        scenario_row(
+            job=job,
+            time=now_ns,
+            run_id=run_id,
+            position=i,
+            name=r.scenario.name,
+            settings=orjson.dumps(dict(r.scenario.settings)).decode(),
+            swept_key=swept or "",
+            swept_value=_number(r.scenario.settings.get(swept)) if swept else None,
+            step_time_s=r.step_time_s,
+            baseline_s=r.baseline_s,
+            speedup=r.speedup,
+            steps=int(steps.size),
+            last_step=int(steps.max()),
+        )
+        for i, r in enumerate(results)
+    ]
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

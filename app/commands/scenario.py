@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--sweep", metavar="KEY=V1,V2,...", help="one scenario per value")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--plot", type=Path, metavar="FILE.png|FILE.html", help="draw the curve")
+    parser.add_argument(
+        "--store", action="store_true", help="also write the results to the store (scenarios)"
+    )
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="stored steps to use")
     parser.add_argument("--clickhouse", metavar="DSN", help="store (default from config)")
     parser.add_argument("--database", help="database (default: $RANKWATCH_DATABASE)")
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from rankwatch.sim.scenario import ScenarioError, calibrate_trace, run_scenarios
     from rankwatch.sim.scenario.report import format_table
 
-    trace, meta, hardware, _job = _load(args)
+    trace, meta, hardware, job = _load(args)
     try:
         scenarios = _scenarios(args)
         cal = calibrate_trace(trace, meta, hardware)
@@ -67,6 +70,13 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"cannot run the scenarios on {args.source}: {exc}") from exc
     if args.plot:
         _plot(results, args)
+    if args.store:
+        from rankwatch.scenario_store import write_results
+
+        swept = _pair(args.sweep, "--sweep")[0] if args.sweep else None
+        where = write_results(results, job, trace, swept, args.clickhouse, args.database)
+        if args.format == "text":
+            print(f"stored {len(results)} scenario(s) of job {job} in {where}")
     if args.format == "json":
         print(orjson.dumps({"scenarios": [r.to_json() for r in results]}).decode())
     else:

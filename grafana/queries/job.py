@@ -113,3 +113,13 @@ WHERE job = '${job}' AND $__timeFilter(time)
 ORDER BY time DESC
 LIMIT 200
 """
+
+SCENARIOS = """
+SELECT name AS scenario, step_time_s, speedup
+FROM scenarios FINAL
+WHERE job = '${job}' AND run_id = (
+    SELECT argMax(run_id, time) FROM scenarios
+    WHERE job = '${job}' AND $__timeFilter(time)
+)
+ORDER BY position
+"""

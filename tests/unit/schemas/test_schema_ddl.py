@@ -42,6 +42,7 @@ _EXPECTED_TABLES = {
     "dead_letters",
     "detector_state",
     "announced",
+    "scenarios",
 }
 
 
@@ -175,3 +176,11 @@ def test_ops_columns_fill_the_ops_table() -> None:
     assert list(columns["optype"][:2]) == ["forward-compute", "backward-compute"]
     assert list(columns["stream"]) == ["compute"] * 3 + [None] * 2
     np.testing.assert_array_equal(columns["time"][:3], batches[0].start_ns)
+
+
+def test_the_scenarios_table_holds_the_stated_row() -> None:
+    from rankwatch.schemas.tables import SCENARIO_COLUMNS, scenario_row
+
+    assert tuple(ddl.tables()["scenarios"].columns) == SCENARIO_COLUMNS
+    with pytest.raises(ValueError, match="missing"):
+        scenario_row(job="j")
