@@ -1,10 +1,12 @@
-"""Configuration: one frozen dataclass per component, filled from file and environment.
+"""Configuration: one tree of frozen dataclasses, one section per component.
 
-Only the shell (CLI commands) reads files and the environment; the core receives
-the plain values. Precedence: defaults < config file (TOML) < environment <
-command-line flags (applied by the command with :func:`dataclasses.replace`).
+Every setting of every service lives here, and this module is the one place that reads
+the config file and the environment; components receive their section as plain values.
+Precedence: defaults < config file (TOML) < environment < command-line flags (a
+command passes its flags to :func:`with_flags`). ``rankwatch config show`` prints the
+merged tree and where each value came from.
 
-Environment variables:
+Environment variables (``ENVIRONMENT`` below is the authoritative list):
 
 - ``RANKWATCH_KAFKA``: bootstrap servers, ``host:port[,host:port]``
 - ``RANKWATCH_CLICKHOUSE``: DSN, ``chdb://<dir>`` (embedded) or ``http(s)://...``
@@ -14,6 +16,11 @@ Environment variables:
 - ``RANKWATCH_PARTITIONS`` / ``RANKWATCH_REPLICATION``: for the topics a worker creates
 - ``RANKWATCH_GROUP``: the workers' Kafka consumer group
 - ``RANKWATCH_TOPIC_PREFIX``: topics are ``<prefix>.ops`` etc. (default ``rankwatch``)
+- ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session of every worker
+- the ops worker's ``[worker]`` section: ``RANKWATCH_WINDOW``, ``RANKWATCH_KEEP_OPS``,
+  ``RANKWATCH_MAX_MESSAGE_BYTES``, ``RANKWATCH_FETCH_BYTES``,
+  ``RANKWATCH_FETCH_WAIT_MS``, ``RANKWATCH_TICK_S``, ``RANKWATCH_COMMIT_INTERVAL_S``,
+  ``RANKWATCH_STATUS_FILE``, ``RANKWATCH_ALERT_SLOWDOWN``, ``RANKWATCH_ALERT_CLEAR``
 """
 
 from __future__ import annotations
@@ -26,7 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.errors import UserError
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES
+from rankwatch.streams.alerts import AlertConfig
+from rankwatch.streams.analyser import DEFAULT_WINDOW
 from rankwatch.streams.assembly import AssemblyConfig
+from rankwatch.streams.hang.detector import HangConfig
+from rankwatch.streams.minder.online import OnlineConfig
 
 DEFAULT_DSN = "chdb://var/chdb"
 
@@ -35,6 +47,8 @@ DEFAULT_DSN = "chdb://var/chdb"
 class KafkaConfig:
     bootstrap: str = "127.0.0.1:9092"
     group: str = "rankwatch-worker"
+    """The ops workers' consumer group; the hang and Minder workers add ``-hang`` and
+    ``-minder``."""
     topic_prefix: str = "rankwatch"
     """Topics are ``<prefix>.ops``, ``<prefix>.steps``, ... (see rankwatch.schemas.topics)."""
     partitions: int = 8
@@ -47,6 +61,9 @@ class KafkaConfig:
     stay away and still read everything on restart."""
     connect_wait_s: float = 120.0
     """How long a starting worker waits for the broker before it gives up."""
+    session_timeout_s: float = 30.0
+    """Kafka group session of every worker: how long a dead worker's partitions wait
+    before they move to another."""
 
 
 @dataclass(frozen=True)
@@ -57,37 +74,160 @@ class ClickHouseConfig:
 
 
 @dataclass(frozen=True)
+class WorkerConfig:
+    """The ops worker (``rankwatch worker``) beyond Kafka, store and assembly."""
+
+    window: int = DEFAULT_WINDOW
+    """Steps in the rolling ideal window each step is compared with."""
+    keep_ops: bool = True
+    """Store raw op records (``ops``): needed to restore windows after a restart."""
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    """Larger op-batch messages are dead letters."""
+    fetch_bytes: int = 4 * 1024 * 1024
+    """Bytes per partition and fetch."""
+    fetch_wait_ms: int = 50
+    """Longest a fetch waits at the broker for new data."""
+    tick_s: float = 1.0
+    """Seconds between stores of the buffer (and grace checks)."""
+    commit_interval_s: float = 1.0
+    """How often stored offsets are committed."""
+    status_file: str = ""
+    """Health file written every tick (empty: none); ``rankwatch worker --health``."""
+    alert_slowdown: float = AlertConfig.fire_at
+    """Rolling job-level S at which a straggler alert fires..."""
+    alert_clear: float = AlertConfig.clear_below
+    """...and under which it resolves."""
+
+
+@dataclass(frozen=True)
+class HangWorkerConfig:
+    """The hang worker (``rankwatch hang worker``); docs/detection.md, section 1."""
+
+    k: float = HangConfig.k
+    """A rank stalls after k x its median step time..."""
+    floor_s: float = HangConfig.floor_s
+    """...and never before this many seconds."""
+    silent_after_s: float = HangConfig.silent_after_s
+    """Heartbeats missing this long: the rank is silent."""
+    tick_s: float = 1.0
+    offset_reset: str = "latest"
+    """Where a new consumer group starts: ``latest`` (heartbeats are about now) or
+    ``earliest``."""
+
+    def __post_init__(self) -> None:
+        if self.offset_reset not in ("latest", "earliest"):
+            raise ValueError("offset_reset must be one of latest, earliest")
+
+
+@dataclass(frozen=True)
+class MinderWorkerConfig:
+    """The Minder worker (``rankwatch minder worker``); docs/minder.md."""
+
+    window_s: int = OnlineConfig.window_s
+    """Seconds of metrics per detection window (also the stride)."""
+    continuity: int = OnlineConfig.continuity
+    """Consecutive windows a machine must stand out in before it is called faulty."""
+    threshold: float = OnlineConfig.threshold
+    model: str = ""
+    """MODEL.npz from ``rankwatch minder train`` (empty: no denoising, default order)."""
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     clickhouse: ClickHouseConfig = field(default_factory=ClickHouseConfig)
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+    hang: HangWorkerConfig = field(default_factory=HangWorkerConfig)
+    minder: MinderWorkerConfig = field(default_factory=MinderWorkerConfig)
 
 
-_ENV = {
-    "RANKWATCH_KAFKA": ("kafka", "bootstrap"),
-    "RANKWATCH_GROUP": ("kafka", "group"),
-    "RANKWATCH_TOPIC_PREFIX": ("kafka", "topic_prefix"),
-    "RANKWATCH_CLICKHOUSE": ("clickhouse", "dsn"),
-    "RANKWATCH_DATABASE": ("clickhouse", "database"),
-    "RANKWATCH_GRACE_S": ("assembly", "grace_s"),
-    "RANKWATCH_LATE": ("assembly", "late"),
-    "RANKWATCH_STEP_WINDOW": ("assembly", "step_window"),
-    "RANKWATCH_PARTITIONS": ("kafka", "partitions"),
-    "RANKWATCH_REPLICATION": ("kafka", "replication"),
+ENVIRONMENT: dict[str, str] = {
+    "RANKWATCH_KAFKA": "kafka.bootstrap",
+    "RANKWATCH_GROUP": "kafka.group",
+    "RANKWATCH_TOPIC_PREFIX": "kafka.topic_prefix",
+    "RANKWATCH_PARTITIONS": "kafka.partitions",
+    "RANKWATCH_REPLICATION": "kafka.replication",
+    "RANKWATCH_SESSION_TIMEOUT_S": "kafka.session_timeout_s",
+    "RANKWATCH_CLICKHOUSE": "clickhouse.dsn",
+    "RANKWATCH_DATABASE": "clickhouse.database",
+    "RANKWATCH_GRACE_S": "assembly.grace_s",
+    "RANKWATCH_LATE": "assembly.late",
+    "RANKWATCH_STEP_WINDOW": "assembly.step_window",
+    "RANKWATCH_WINDOW": "worker.window",
+    "RANKWATCH_KEEP_OPS": "worker.keep_ops",
+    "RANKWATCH_MAX_MESSAGE_BYTES": "worker.max_message_bytes",
+    "RANKWATCH_FETCH_BYTES": "worker.fetch_bytes",
+    "RANKWATCH_FETCH_WAIT_MS": "worker.fetch_wait_ms",
+    "RANKWATCH_TICK_S": "worker.tick_s",
+    "RANKWATCH_COMMIT_INTERVAL_S": "worker.commit_interval_s",
+    "RANKWATCH_STATUS_FILE": "worker.status_file",
+    "RANKWATCH_ALERT_SLOWDOWN": "worker.alert_slowdown",
+    "RANKWATCH_ALERT_CLEAR": "worker.alert_clear",
 }
+"""Environment variable -> the setting (``section.key``) it sets."""
+
+Origins = dict[str, str]
+"""``section.key`` -> where its value came from: ``default``, the file's path,
+``env VAR`` or ``flag``."""
 
 
 def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Defaults, then the TOML file's sections, then the environment."""
+    return load_config_origins(path, env)[0]
+
+
+def load_config_origins(
+    path: str | Path | None = None, env: Mapping[str, str] | None = None
+) -> tuple[Config, Origins]:
+    """:func:`load_config`, and where each setting came from."""
     env = os.environ if env is None else env
-    config = Config()
+    config, origins = Config(), Origins()
     if path is not None:
-        config = _apply(config, _read_toml(Path(path)), origin=str(path))
-    overrides: dict[str, dict[str, Any]] = {}
-    for var, (section, key) in _ENV.items():
+        config = _apply(config, _read_toml(Path(path)), str(path), origins)
+    for var, setting in ENVIRONMENT.items():
         if var in env:
-            overrides.setdefault(section, {})[key] = env[var]
-    return _apply(config, overrides, origin="environment")
+            section, key = setting.split(".")
+            config = _apply(config, {section: {key: env[var]}}, f"env {var}", origins)
+    return config, origins
+
+
+def with_flags(config: Config, flags: Mapping[str, Any], origins: Origins | None = None) -> Config:
+    """``config`` with the command-line values that were given (None: not given)."""
+    sections: dict[str, dict[str, Any]] = {}
+    for setting, value in flags.items():
+        if value is not None:
+            section, key = setting.split(".")
+            sections.setdefault(section, {})[key] = value
+    return _apply(config, sections, "flag", {} if origins is None else origins)
+
+
+def service_settings(config: Config, group_suffix: str = "") -> dict[str, Any]:
+    """What every worker's settings take from the shared sections (as keyword
+    arguments): where the broker and the store are, its group, topics and session."""
+    return {
+        "bootstrap": config.kafka.bootstrap,
+        "dsn": config.clickhouse.dsn,
+        "database": config.clickhouse.database or None,
+        "group": f"{config.kafka.group}{group_suffix}",
+        "topic_prefix": config.kafka.topic_prefix,
+        "partitions": config.kafka.partitions,
+        "session_timeout_s": config.kafka.session_timeout_s,
+    }
+
+
+def settings(config: Config, origins: Origins) -> dict[str, dict[str, tuple[Any, str]]]:
+    """section -> key -> (value, origin): what ``rankwatch config show`` prints."""
+    return {
+        f.name: {
+            k.name: (
+                getattr(getattr(config, f.name), k.name),
+                origins.get(f"{f.name}.{k.name}", "default"),
+            )
+            for k in fields(getattr(config, f.name))
+        }
+        for f in fields(config)
+    }
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -97,12 +237,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UserError(f"cannot read config {path}: {exc}") from exc
 
 
-def _apply(config: Config, raw: Mapping[str, Any], origin: str) -> Config:
+def _apply(config: Config, raw: Mapping[str, Any], origin: str, origins: Origins) -> Config:
     sections = {f.name: getattr(config, f.name) for f in fields(config)}
     for name, values in raw.items():
         if name not in sections or not isinstance(values, Mapping):
             raise UserError(f"{origin}: unknown config section [{name}]")
         sections[name] = _apply_section(sections[name], values, f"{origin} [{name}]")
+        origins.update({f"{name}.{key}": origin for key in values})
     return replace(config, **sections)
 
 
@@ -113,10 +254,29 @@ def _apply_section(section: Any, values: Mapping[str, Any], origin: str) -> Any:
         if key not in types:
             raise UserError(f"{origin}: unknown key {key!r}")
         try:
-            changes[key] = types[key](value)
+            changes[key] = _coerce(types[key], value)
         except (TypeError, ValueError) as exc:
             raise UserError(f"{origin}: {key} must be {types[key].__name__}: {value!r}") from exc
     try:
         return replace(section, **changes)
     except ValueError as exc:  # the section's own checks (e.g. a value out of range)
         raise UserError(f"{origin}: {exc}") from exc
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _coerce(kind: type, value: Any) -> Any:
+    """``value`` (from TOML, the environment or a flag) as ``kind``; a boolean from a
+    string only when it says so (``bool("0")`` would be True)."""
+    if kind is bool and isinstance(value, str):
+        if value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ValueError(value)
+    if kind is bool and not isinstance(value, bool):
+        raise TypeError(value)
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        raise ValueError(value)
+    if kind is int and isinstance(value, str):
+        return int(float(value)) if float(value).is_integer() else int(value)
+    return kind(value)

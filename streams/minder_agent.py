@@ -21,7 +21,6 @@ states stored but not recorded as sent are sent again.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -65,10 +64,8 @@ class MinderSettings:
     model_path: str = ""
     """A model written by ``rankwatch minder train`` (denoisers, priority, thresholds);
     empty: no denoising, metrics in name order, the default threshold."""
-    session_timeout_s: float = field(
-        default_factory=lambda: float(os.environ.get("RANKWATCH_SESSION_TIMEOUT_S", "30"))
-    )
-    """Kafka group session (``RANKWATCH_SESSION_TIMEOUT_S``, as for the ops worker): how
+    session_timeout_s: float = 30.0
+    """Kafka group session (``[kafka] session_timeout_s``, as for the other workers): how
     long a killed worker's partitions wait for a successor."""
 
 

@@ -28,44 +28,42 @@ def register(sub: Any) -> None:
     worker.add_argument("--config", help="TOML config file (see README)")
     worker.add_argument("--kafka", help="bootstrap servers (overrides config and env)")
     worker.add_argument("--clickhouse", help="ClickHouse DSN (overrides config and env)")
-    worker.add_argument("--k", type=float, default=5.0, help="stall after k x median step")
-    worker.add_argument("--floor", type=float, default=60.0, metavar="SECONDS",
-                        help="never stalled sooner than this")  # fmt: skip
-    worker.add_argument("--silent-after", type=float, default=15.0, metavar="SECONDS",
+    worker.add_argument("--k", type=float, help="stall after k x median step ([hang] k)")
+    worker.add_argument("--floor", type=float, metavar="SECONDS",
+                        help="never stalled sooner than this ([hang] floor_s)")  # fmt: skip
+    worker.add_argument("--silent-after", type=float, metavar="SECONDS",
                         help="heartbeats missing this long: the rank is silent")  # fmt: skip
-    worker.add_argument("--tick", type=float, default=1.0, metavar="SECONDS")
-    worker.add_argument("--offset-reset", choices=("latest", "earliest"), default="latest")
+    worker.add_argument("--tick", type=float, metavar="SECONDS", help="[hang] tick_s")
+    worker.add_argument("--offset-reset", choices=("latest", "earliest"),
+                        help="where a new group starts ([hang] offset_reset)")  # fmt: skip
     worker.add_argument("--loglevel", default="info")
     worker.set_defaults(func=run_worker)
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    import os
-    from dataclasses import replace
-
     from faust.worker import Worker
 
-    from rankwatch.config import load_config
+    from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.hang.detector import HangConfig
     from rankwatch.streams.hang_worker import HangSettings, build_hang_app
     from rankwatch.topics import make_topics
 
-    config = load_config(args.config)
-    if args.kafka:
-        config = replace(config, kafka=replace(config.kafka, bootstrap=args.kafka))
-    if args.clickhouse:
-        config = replace(config, clickhouse=replace(config.clickhouse, dsn=args.clickhouse))
+    flags = {
+        "kafka.bootstrap": args.kafka,
+        "clickhouse.dsn": args.clickhouse,
+        "hang.k": args.k,
+        "hang.floor_s": args.floor,
+        "hang.silent_after_s": args.silent_after,
+        "hang.tick_s": args.tick,
+        "hang.offset_reset": args.offset_reset,
+    }
+    config = with_flags(load_config(args.config), flags)
+    hang = config.hang
     settings = HangSettings(
-        bootstrap=config.kafka.bootstrap,
-        dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database or None,
-        group=f"{config.kafka.group}-hang",
-        topic_prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
-        tick_s=args.tick,
-        offset_reset=args.offset_reset,
-        session_timeout_s=float(os.environ.get("RANKWATCH_SESSION_TIMEOUT_S", "30")),
-        hang=HangConfig(k=args.k, floor_s=args.floor, silent_after_s=args.silent_after),
+        **service_settings(config, "-hang"),
+        tick_s=hang.tick_s,
+        offset_reset=hang.offset_reset,
+        hang=HangConfig(k=hang.k, floor_s=hang.floor_s, silent_after_s=hang.silent_after_s),
     )
     prefix = settings.topic_prefix
     kinds = ("heartbeats", "stacks", "alerts", "dead-letters")

@@ -56,10 +56,10 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--config", help="TOML config file (see README)")
     worker.add_argument("--kafka", help="bootstrap servers (overrides config and env)")
     worker.add_argument("--clickhouse", help="ClickHouse DSN (overrides config and env)")
-    worker.add_argument("--model", default="", help="MODEL.npz from `minder train`")
-    worker.add_argument("--window", type=int, default=60, metavar="SECONDS")
-    worker.add_argument("--continuity", type=int, default=4, metavar="WINDOWS")
-    worker.add_argument("--threshold", type=float, default=3.0)
+    worker.add_argument("--model", help="MODEL.npz from `minder train` ([minder] model)")
+    worker.add_argument("--window", type=int, metavar="SECONDS", help="[minder] window_s")
+    worker.add_argument("--continuity", type=int, metavar="WINDOWS", help="[minder] continuity")
+    worker.add_argument("--threshold", type=float, help="[minder] threshold")
     worker.add_argument("--loglevel", default="info")
     for p in (train, evaluate):
         p.add_argument("--epochs", type=int, default=5)
@@ -205,34 +205,32 @@ def _detect(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from faust.worker import Worker
 
-    from rankwatch.config import load_config
+    from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.minder.online import OnlineConfig
     from rankwatch.streams.minder_agent import MinderSettings, build_minder_app
     from rankwatch.topics import make_topics
 
-    config = load_config(args.config)
-    if args.kafka:
-        config = replace(config, kafka=replace(config.kafka, bootstrap=args.kafka))
-    if args.clickhouse:
-        config = replace(config, clickhouse=replace(config.clickhouse, dsn=args.clickhouse))
+    flags = {
+        "kafka.bootstrap": args.kafka,
+        "clickhouse.dsn": args.clickhouse,
+        "minder.model": args.model,
+        "minder.window_s": args.window,
+        "minder.continuity": args.continuity,
+        "minder.threshold": args.threshold,
+    }
+    config = with_flags(load_config(args.config), flags)
+    minder = config.minder
     settings = MinderSettings(
-        bootstrap=config.kafka.bootstrap,
-        dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database or None,
-        group=f"{config.kafka.group}-minder",
-        topic_prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
+        **service_settings(config, "-minder"),
         online=OnlineConfig(
-            window_s=args.window,
-            stride_s=args.window,
-            continuity=args.continuity,
-            threshold=args.threshold,
+            window_s=minder.window_s,
+            stride_s=minder.window_s,
+            continuity=minder.continuity,
+            threshold=minder.threshold,
         ),
-        model_path=args.model,
+        model_path=minder.model,
     )
     prefix = settings.topic_prefix
     make_topics(

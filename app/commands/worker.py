@@ -1,33 +1,16 @@
-"""``rankwatch worker``: the faust stream worker, configured from file and environment.
+"""``rankwatch worker``: the faust stream worker.
 
-Worker settings beyond the shared configuration come from the environment (until the
-shared config file has a ``[worker]`` section):
-
-- ``RANKWATCH_STATUS_FILE``: health file written every tick (``--status-file``)
-- ``RANKWATCH_ALERT_SLOWDOWN`` / ``RANKWATCH_ALERT_CLEAR``: rolling job-level S at which
-  a straggler alert fires / resolves (defaults 1.10 / 1.05)
-- ``RANKWATCH_WINDOW``: steps in the rolling ideal window (default 20)
-- ``RANKWATCH_MAX_MESSAGE_BYTES``: larger op-batch messages are dead letters (8 MiB)
-- ``RANKWATCH_FETCH_BYTES``: bytes per partition and fetch (4 MiB)
-- ``RANKWATCH_FETCH_WAIT_MS``: longest a fetch waits at the broker for new data (50)
-- ``RANKWATCH_TICK_S``: seconds between stores of the buffer (and grace checks), 1
-- ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session timeout (default 30)
-- ``RANKWATCH_COMMIT_INTERVAL_S``: how often stored offsets are committed (default 1)
-- ``RANKWATCH_KEEP_OPS``: ``0`` to not store raw op records (windows are then not
-  restored after a restart)
-
+Its settings are the config tree's ``[kafka]``, ``[clickhouse]``, ``[assembly]`` and
+``[worker]`` sections (``rankwatch.config``; ``rankwatch config show`` prints them).
 ``rankwatch worker --health FILE`` checks a running worker (exit 0 healthy, 1 not).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
-from dataclasses import replace
 from typing import Any
 
-from rankwatch.errors import UserError
 from rankwatch.topics import make_topics
 
 
@@ -51,54 +34,37 @@ def run(args: argparse.Namespace) -> int:
         return _health(args)
     from faust.worker import Worker
 
-    from rankwatch.config import load_config
+    from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.alerts import AlertConfig
     from rankwatch.streams.worker import WorkerSettings, build_app, topic_names
 
-    config = load_config(args.config)
-    if args.kafka:
-        config = replace(config, kafka=replace(config.kafka, bootstrap=args.kafka))
-    if args.clickhouse:
-        config = replace(config, clickhouse=replace(config.clickhouse, dsn=args.clickhouse))
-    env = os.environ
-    alerts = AlertConfig(
-        fire_at=_number(env, "RANKWATCH_ALERT_SLOWDOWN", AlertConfig.fire_at),
-        clear_below=_number(env, "RANKWATCH_ALERT_CLEAR", AlertConfig.clear_below),
+    config = with_flags(
+        load_config(args.config),
+        {
+            "kafka.bootstrap": args.kafka,
+            "clickhouse.dsn": args.clickhouse,
+            "worker.status_file": args.status_file,
+        },
     )
+    worker = config.worker
     settings = WorkerSettings(
-        bootstrap=config.kafka.bootstrap,
-        dsn=config.clickhouse.dsn,
-        database=config.clickhouse.database or None,
-        group=config.kafka.group,
-        topic_prefix=config.kafka.topic_prefix,
-        partitions=config.kafka.partitions,
+        **service_settings(config),
         assembly=config.assembly,
-        alerts=alerts,
-        window=int(_number(env, "RANKWATCH_WINDOW", 20)),
-        keep_ops=env.get("RANKWATCH_KEEP_OPS", "1") != "0",
-        max_message_bytes=int(_number(env, "RANKWATCH_MAX_MESSAGE_BYTES", 8 * 1024 * 1024)),
-        fetch_bytes=int(_number(env, "RANKWATCH_FETCH_BYTES", 4 * 1024 * 1024)),
-        fetch_wait_ms=int(_number(env, "RANKWATCH_FETCH_WAIT_MS", 50)),
-        tick_s=_number(env, "RANKWATCH_TICK_S", 1.0),
-        session_timeout_s=_number(env, "RANKWATCH_SESSION_TIMEOUT_S", 30.0),
-        commit_interval_s=_number(env, "RANKWATCH_COMMIT_INTERVAL_S", 1.0),
-        status_file=args.status_file or env.get("RANKWATCH_STATUS_FILE") or None,
+        alerts=AlertConfig(fire_at=worker.alert_slowdown, clear_below=worker.alert_clear),
+        window=worker.window,
+        keep_ops=worker.keep_ops,
+        max_message_bytes=worker.max_message_bytes,
+        fetch_bytes=worker.fetch_bytes,
+        fetch_wait_ms=worker.fetch_wait_ms,
+        tick_s=worker.tick_s,
+        commit_interval_s=worker.commit_interval_s,
+        status_file=worker.status_file or None,
     )
     report = make_topics(config.kafka, topic_names(settings))
     app, state = build_app(settings)
     state.topics = dict(report.partitions)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0
-
-
-def _number(env: Any, name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None:
-        return float(default)
-    try:
-        return float(raw)
-    except ValueError as exc:
-        raise UserError(f"{name} must be a number: {raw!r}") from exc
 
 
 def _health(args: argparse.Namespace) -> int:

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from rankwatch.config import DEFAULT_DSN, load_config
+from rankwatch.commands.config import as_toml
+from rankwatch.config import (
+    DEFAULT_DSN,
+    ENVIRONMENT,
+    Config,
+    load_config,
+    load_config_origins,
+    service_settings,
+    settings,
+    with_flags,
+)
 from rankwatch.errors import UserError
 
 
@@ -42,3 +53,82 @@ def test_bad_config_names_the_problem(tmp_path: Path, text: str, message: str) -
     path.write_text(text)
     with pytest.raises(UserError, match=message.replace("[", r"\[")):
         load_config(path, env={})
+
+
+def test_each_setting_says_where_it_came_from(tmp_path: Path) -> None:
+    path = tmp_path / "rankwatch.toml"
+    path.write_text("[worker]\nwindow = 30\n[hang]\nk = 4.0\n")
+    env = {"RANKWATCH_KEEP_OPS": "0", "RANKWATCH_SESSION_TIMEOUT_S": "6"}
+    config, origins = load_config_origins(path, env=env)
+    config = with_flags(config, {"hang.k": 3.0, "hang.floor_s": None}, origins)
+    assert (config.worker.window, origins["worker.window"]) == (30, str(path))
+    assert (config.worker.keep_ops, origins["worker.keep_ops"]) == (False, "env RANKWATCH_KEEP_OPS")
+    assert config.kafka.session_timeout_s == 6.0
+    assert (config.hang.k, origins["hang.k"]) == (3.0, "flag")  # the flag beats the file
+    assert "hang.floor_s" not in origins  # a flag not given changes nothing
+    assert settings(config, origins)["hang"]["floor_s"] == (60.0, "default")
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANKWATCH_KEEP_OPS": "maybe"}, "keep_ops must be bool"),
+        ({"RANKWATCH_WINDOW": "2.5"}, "window must be int"),
+        ({"RANKWATCH_TICK_S": "soon"}, "tick_s must be float"),
+    ],
+)
+def test_a_bad_environment_value_names_its_setting(env: dict[str, str], message: str) -> None:
+    with pytest.raises(UserError, match=f"env {next(iter(env))} .*{message}"):
+        load_config(env=env)
+
+
+def test_every_environment_variable_names_a_setting() -> None:
+    tree = settings(Config(), {})
+    for var, setting in ENVIRONMENT.items():
+        section, key = setting.split(".")
+        assert key in tree[section], var
+
+
+def test_config_show_prints_a_config_file_that_loads_back(tmp_path: Path) -> None:
+    changed = {"RANKWATCH_GROUP": "g", "RANKWATCH_KEEP_OPS": "false", "RANKWATCH_WINDOW": "7"}
+    config, origins = load_config_origins(env=changed)
+    text = as_toml(settings(config, origins))
+    assert 'group = "rankwatch-worker"' not in text and "# env RANKWATCH_GROUP" in text
+    path = tmp_path / "shown.toml"
+    path.write_text(text)
+    assert load_config(path, env={}) == config
+
+
+def test_only_the_config_module_reads_the_environment_on_the_service_side() -> None:
+    """Settings have one place (issue: one config tree); hooks run in the training
+    process and read their own, dev and test helpers theirs."""
+    root = Path(__file__).resolve().parents[3]
+    readers = {
+        str(p.relative_to(root))
+        for folder in ("app", "streams", "sim", "grafana")
+        for p in (root / folder).rglob("*.py")
+        if re.search(r"os\.environ|getenv", p.read_text())
+    }
+    assert readers == {"app/config.py", "streams/devbroker.py", "streams/testing.py"}
+
+
+def test_the_readme_config_excerpt_is_a_valid_config(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    section = readme[readme.index("## Configuration") :]
+    block = section[section.index("```toml") + len("```toml") : section.index("```\n", 10)]
+    path = tmp_path / "readme.toml"
+    path.write_text(block)
+    config = load_config(path, env={})
+    assert config.kafka.bootstrap == "kafka-1:9092,kafka-2:9092"
+    assert config.worker.window == 20
+
+
+def test_every_worker_takes_the_shared_settings() -> None:
+    from rankwatch.streams.hang_worker import HangSettings
+    from rankwatch.streams.minder_agent import MinderSettings
+    from rankwatch.streams.worker_state import WorkerSettings
+
+    config = load_config(env={"RANKWATCH_SESSION_TIMEOUT_S": "6", "RANKWATCH_GROUP": "g"})
+    for kind, suffix in ((WorkerSettings, ""), (HangSettings, "-hang"), (MinderSettings, "-m")):
+        settings_ = kind(**service_settings(config, suffix))
+        assert (settings_.group, settings_.session_timeout_s) == (f"g{suffix}", 6.0)
