@@ -11,7 +11,9 @@ predicts B, and B is measured. Network and compute switch between A and B inside
 job (every 1 s / 2.5 s: ``tc qdisc change``, ``cpu.cfs_quota_us``); a step counts for
 a phase when it ran wholly inside it, so load from other work on this shared machine
 hits A and B alike. Microbatches need another graph: separate jobs, A B then B A.
-Each job holds an exclusive ``flock`` of /work/helpers/measure.lock when it exists.
+Each job holds an exclusive ``flock`` of /work/helpers/measure.lock when it exists, and
+the ranks run at nice -10 (``--nice``): at load 4-5 from other work a rank at nice 0
+got about half a core, so a quota of half a core hardly bound.
 
 - ``network``: PP 2 x DP 2, stage 0 (ranks 0, 1) in network namespace rw16a, stage 1
   (ranks 2, 3) in rw16b, joined by a veth pair rate-limited with ``tc ... tbf`` on
@@ -420,9 +422,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12, help="steps per job (microbatches)")
     parser.add_argument("--alt-steps", type=int, default=48, help="steps per alternating job")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--nice", type=int, default=-10, help="niceness increment of the ranks")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root: network namespaces, tc and cgroups")
+    os.nice(args.nice)  # inherited by every rank: other work on the machine steals less
     chosen = cases(args.steps, args.alt_steps)
     report: dict[str, Any] = {"config": vars(args), "cases": {}}
     if "network" in args.cases:

@@ -10,13 +10,20 @@ Legend: N ops, S steps, D DP ranks, X scenarios.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rankwatch.sim.scenario.calibrate import Calibration
-from rankwatch.sim.scenario.reshape import Shape, microbatches, reshape, same_shape
+from rankwatch.sim.scenario.reshape import (
+    Shape,
+    microbatches,
+    recognise_schedule,
+    reshape,
+    same_shape,
+)
 from rankwatch.sim.scenario.retime import scenario_costs
 from rankwatch.sim.scenario.settings import ScenarioError, Settings, parse_settings
 from rankwatch.sim.scenarios import choose
@@ -94,8 +101,9 @@ def run_scenarios(
     for i, sc in enumerate(scenarios):
         shapes.setdefault(_shape_key(cal, sc.settings), []).append(i)
     out: list[ScenarioResult | None] = [None] * len(scenarios)
+    schedule = functools.cache(lambda: recognise_schedule(cal.graph))
     for (dp, pp, m), members in shapes.items():
-        shape = reshape(cal.graph, dp, pp, m)
+        shape = reshape(cal.graph, dp, pp, m, schedule)
         costs = [scenario_costs(cal, shape, scenarios[i].settings) for i in members]
         for i, step_S in zip(members, _simulate(shape, costs, work), strict=True):
             out[i] = ScenarioResult(scenarios[i], step_S, baseline_s)

@@ -18,6 +18,7 @@ Legend: N ops, D DP ranks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -58,8 +59,14 @@ def same_shape(graph: OpGraph) -> Shape:
     return Shape(graph, np.arange(n), np.ones(n), np.arange(graph.dp_size), microbatches(graph))
 
 
-def reshape(graph: OpGraph, dp: int, pp: int, m: int) -> Shape:
-    """The job at DP ``dp``, PP ``pp`` with ``m`` microbatches; ScenarioError if impossible."""
+def reshape(
+    graph: OpGraph, dp: int, pp: int, m: int, schedule: Callable[[], str] | None = None
+) -> Shape:
+    """The job at DP ``dp``, PP ``pp`` with ``m`` microbatches; ScenarioError if impossible.
+
+    ``schedule``: the job's schedule, asked only when the graph must be rebuilt (a
+    caller re-shaping one job several times recognises it once); default: recognised.
+    """
     own_m = microbatches(graph)
     if (dp, pp, m) == (graph.dp_size, graph.pp_size, own_m):
         return same_shape(graph)
@@ -70,8 +77,8 @@ def reshape(graph: OpGraph, dp: int, pp: int, m: int) -> Shape:
     if (pp, m) == (graph.pp_size, own_m):
         new = replace(graph, dp_size=dp)
     else:
-        schedule = recognise_schedule(graph)
-        new = _generated(graph, schedule, pp, m, dp)
+        name = schedule() if schedule is not None else recognise_schedule(graph)
+        new = _generated(graph, name, pp, m, dp)
     return Shape(
         graph=new,
         source_N=_sources(graph, new),

@@ -215,18 +215,21 @@ def test_no_stragglers_is_the_what_if_ideal() -> None:
 @SETTINGS
 @given(jobs(), st.floats(1.0, 8.0), st.floats(1.0, 8.0))
 def test_a_faster_network_never_slows_a_step(cfg: GenConfig, x: float, y: float) -> None:
-    cal = calibrate_trace(*generate_trace(cfg), Hardware(gpus_per_host=2, latency_us=5))
-    low, high = sorted((x, y))
-    runs = [
-        {"network.inter_x": low, "network.intra_x": low},
-        {"network.inter_x": high, "network.intra_x": high},
-        {"network.inter_x": high, "network.intra_x": high, "network.latency_us": 1},
-    ]
-    base, slow, fast, faster = run_scenarios(cal, [Scenario.of({}), *map(Scenario.of, runs)])
-    eps = 1e-12
-    assert np.all(slow.step_S <= base.step_S + eps)
-    assert np.all(fast.step_S <= slow.step_S + eps)
-    assert np.all(faster.step_S <= fast.step_S + eps)
+    sizes = {"forward-send": 1e6, "forward-recv": 1e6, "backward-send": 1e6, "backward-recv": 1e6}
+    sized = Hardware(gpus_per_host=2, inter_gbps=10, intra_gbps=100, bytes=sizes)
+    for hardware in (Hardware(gpus_per_host=2, latency_us=5), sized):
+        cal = calibrate_trace(*generate_trace(cfg), hardware)
+        low, high = sorted((x, y))
+        runs = [
+            {"network.inter_x": low, "network.intra_x": low},
+            {"network.inter_x": high, "network.intra_x": high},
+            {"network.inter_x": high, "network.intra_x": high, "network.latency_us": 0},
+        ]
+        base, slow, fast, faster = run_scenarios(cal, [Scenario.of({}), *map(Scenario.of, runs)])
+        eps = 1e-12
+        assert np.all(slow.step_S <= base.step_S + eps)
+        assert np.all(fast.step_S <= slow.step_S + eps)
+        assert np.all(faster.step_S <= fast.step_S + eps)
 
 
 @SETTINGS
