@@ -232,7 +232,6 @@ def _optype_fits(
     return tuple(out)
 
 
-COMPUTE_BOUND = frozenset({CODE["forward-compute"], CODE["backward-compute"]})
 MEMORY_BOUND = frozenset({CODE["optimizer"]})
-"""Without shapes: matmul-heavy passes scale with FLOP/s, the optimizer with memory
-bandwidth; gc (host CPU) with neither."""
+"""Without shapes the optimizer scales with memory bandwidth; forward and backward
+passes (matmul-heavy) with FLOP/s; gc (host CPU) with neither."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankwatch.schemas.optypes import CODE, OPTYPES
+from rankwatch.schemas.optypes import OPTYPES
 
 INTRA, INTER = 0, 1
 LINKS = ("intra", "inter")
@@ -130,10 +130,3 @@ def link_class(optype_N: np.ndarray, stage_N: np.ndarray, layout: Layout) -> np.
             crosses = np.full(layout.dp, inner)
         out[i] = crosses
     return out
-
-
-def is_communication(code: int) -> bool:
-    return OPTYPES[code] in DEFAULT_ALGORITHM
-
-
-COMM_CODES = np.array([CODE[n] for n in DEFAULT_ALGORITHM], dtype=np.int64)

@@ -20,6 +20,14 @@ def format_table(results: Sequence[ScenarioResult], cal: Calibration) -> str:
             f"  {LINKS[k]}-host links: alpha {fit.alpha_s * 1e6:.3g} µs/hop, bandwidth {bw} "
             f"({fit.how})"
         )
+    lines.append("  per op type: median measured cost")
+    for f in cal.optypes:
+        rate = f" on {f.link}-host links" if f.link else ""
+        if f.bus_gbps is not None:
+            rate += f", bus {f.bus_gbps:.3g} Gbit/s"
+        if f.s_per_flop is not None:
+            rate += f", {f.s_per_flop * 1e12:.3g} ps/FLOP"
+        lines.append(f"    {f.optype:<28} {f.median_s * 1e3:9.3f} ms{rate}")
     lines += ["", f"{'scenario':<{width}}  {'step time (s)':>13}  {'speedup':>8}"]
     for r in results:
         lines.append(f"{r.scenario.name:<{width}}  {r.step_time_s:>13.6f}  {r.speedup:>8.3f}")
