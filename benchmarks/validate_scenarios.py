@@ -69,7 +69,8 @@ NS = ("rw16a", "rw16b")
 VETH = ("rw16va", "rw16vb")
 ADDR = ("10.216.0.1", "10.216.0.2")
 CGROUP = Path("/sys/fs/cgroup/cpu/rw16")
-PERIOD_US = 10_000
+PERIOD_US = [10_000]
+"""The cgroups' CFS period (``--cfs-period-us``): the quota is handed out per period."""
 MARGIN_NS = 20_000_000
 """A step counts for a phase only if it starts this long after the switch."""
 
@@ -321,12 +322,12 @@ def setup_cgroups(world: int) -> None:
     for rank in range(world):
         group = CGROUP / f"rank{rank}"
         group.mkdir(parents=True, exist_ok=True)
-        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US[0]))
 
 
 def set_quota(world: int, quota: float | None) -> None:
     for rank in range(world):
-        value = -1 if quota is None else int(PERIOD_US * quota)
+        value = -1 if quota is None else int(PERIOD_US[0] * quota)
         (CGROUP / f"rank{rank}" / "cpu.cfs_quota_us").write_text(str(value))
 
 
@@ -423,9 +424,11 @@ def main() -> None:
     parser.add_argument("--alt-steps", type=int, default=48, help="steps per alternating job")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--nice", type=int, default=-10, help="niceness increment of the ranks")
+    parser.add_argument("--cfs-period-us", type=int, default=PERIOD_US[0], help="compute case")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("needs root: network namespaces, tc and cgroups")
+    PERIOD_US[0] = args.cfs_period_us
     os.nice(args.nice)  # inherited by every rank: other work on the machine steals less
     chosen = cases(args.steps, args.alt_steps)
     report: dict[str, Any] = {"config": vars(args), "cases": {}}
