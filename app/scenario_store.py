@@ -52,7 +52,9 @@ def read_job(job: str, steps: int, dsn: str | None, database: str | None) -> tup
         sizes = store.query(_SIZES, {"job": job})
     if not rows:
         raise UserError(
-            f"job {job!r}: the ops of steps {chosen} are gone (ops expire after 7 days)"
+            f"job {job!r}: no raw ops stored for its steps {chosen[-1]}..{chosen[0]} (the ops "
+            "worker keeps them 7 days; the embedded demo and replay keep none: give their "
+            "exported trace file instead)"
         )
     return _trace(job, rows, sizes[0] if sizes else {}), _meta(sizes[0] if sizes else {}, rows)
 
