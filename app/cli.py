@@ -29,6 +29,7 @@ COMMANDS = (
     "rankwatch.commands.grafana",
     "rankwatch.commands.report",
     "rankwatch.commands.diagnose",
+    "rankwatch.commands.scenario",
     "rankwatch.commands.config",
 )
 

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from rankwatch.schemas.codec import encode
 from rankwatch.schemas.topics import TOPICS
+from rankwatch.sim.trace import JobMeta, Trace
 from rankwatch.sim.tracegen import demo_config, generate_trace
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.embedded import run_embedded
@@ -72,6 +73,7 @@ def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
     _fill_machines(store, job, hosts, at, now_ns)
     _fill_signals(store, job, hosts, origin, now_ns)
     _fill_alerts(store, job, at)
+    _fill_scenarios(store, job, trace, meta, now_ns)
     return Sample(job, len(steps), 1, world, steps[0], steps[-1], open_hang)
 
 
@@ -287,3 +289,14 @@ def _fill_alerts(store: Store, job: str, at: datetime) -> None:
             alert("faulty-1", "faulty_machine", "firing", "warning", 480, "host-1 pcie_bw"),
         ],
     )
+
+
+def _fill_scenarios(store: Store, job: str, trace: Trace, meta: JobMeta, now_ns: int) -> None:
+    """One stored sweep of the inter-host bandwidth, by the real scenario model."""
+    from rankwatch.scenario_store import scenario_rows
+    from rankwatch.sim.scenario import Hardware, calibrate_trace, run_scenarios, sweep
+
+    hardware = Hardware(gpu="A100", inter_gbps=200, intra_gbps=2400, gpus_per_host=8)
+    cal = calibrate_trace(trace, meta, hardware)
+    results = run_scenarios(cal, sweep("network.inter_gbps", [100, 200, 400]))
+    store.insert("scenarios", scenario_rows(results, job, trace, "network.inter_gbps", now_ns))

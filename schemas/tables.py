@@ -89,6 +89,24 @@ CONTRACTS: dict[str, TableContract] = {
 """Table name -> its contract, for the tables that store a message kind as it is."""
 
 
+SCENARIO_COLUMNS: tuple[str, ...] = (
+    *("job", "time", "run_id", "position", "name", "settings", "swept_key", "swept_value"),
+    *("step_time_s", "baseline_s", "speedup", "steps", "last_step"),
+)
+"""The ``scenarios`` table (migration 0005), written by ``rankwatch scenario --store``:
+no message carries it, so its row is stated here once; the DDL test holds the two
+together."""
+
+
+def scenario_row(**values: Any) -> dict[str, Any]:
+    """One ``scenarios`` row; a missing or unknown column is a ValueError naming it."""
+    missing = [c for c in SCENARIO_COLUMNS if c not in values]
+    unknown = sorted(set(values) - set(SCENARIO_COLUMNS))
+    if missing or unknown:
+        raise ValueError(f"scenarios row: missing {missing}, unknown {unknown}")
+    return {c: values[c] for c in SCENARIO_COLUMNS}
+
+
 def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]:
     """The ``ops`` table columns of some batches, named as the ops contract says: header
     fields repeated per record, op types as names, absent extras NULL."""

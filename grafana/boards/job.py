@@ -146,4 +146,12 @@ def build() -> Dashboard:
         )
         .with_panel(panels.table("Steps", q.STEPS, "The latest steps, newest first."))
         .with_panel(panels.table("Alerts", q.ALERTS, "Alert state changes of this job."))
+        .with_panel(
+            panels.table(
+                "Scenarios (latest run)",
+                q.SCENARIOS,
+                "Simulated step time and speedup of the job's latest stored scenario run"
+                " (rankwatch scenario JOB --store; docs/scenarios.md).",
+            )
+        )
     )

@@ -163,3 +163,13 @@ WHERE {SIGNALS} AND notEmpty(anomalies)
 ORDER BY step DESC, rank
 LIMIT 200
 """
+
+SCENARIOS = """
+SELECT name AS scenario, step_time_s, speedup
+FROM scenarios FINAL
+WHERE job = '${job}' AND run_id = (
+    SELECT argMax(run_id, time) FROM scenarios
+    WHERE job = '${job}' AND $__timeFilter(time)
+)
+ORDER BY position
+"""

@@ -43,6 +43,7 @@ _EXPECTED_TABLES = {
     "detector_state",
     "announced",
     "rank_signals",
+    "scenarios",
 }
 
 
@@ -176,3 +177,11 @@ def test_ops_columns_fill_the_ops_table() -> None:
     assert list(columns["optype"][:2]) == ["forward-compute", "backward-compute"]
     assert list(columns["stream"]) == ["compute"] * 3 + [None] * 2
     np.testing.assert_array_equal(columns["time"][:3], batches[0].start_ns)
+
+
+def test_the_scenarios_table_holds_the_stated_row() -> None:
+    from rankwatch.schemas.tables import SCENARIO_COLUMNS, scenario_row
+
+    assert tuple(ddl.tables()["scenarios"].columns) == SCENARIO_COLUMNS
+    with pytest.raises(ValueError, match="missing"):
+        scenario_row(job="j")

@@ -260,3 +260,25 @@ ALTER TABLE alerts DROP CONSTRAINT IF EXISTS kind_known
 
 ALTER TABLE alerts ADD CONSTRAINT IF NOT EXISTS kind_known CHECK kind IN ('straggler', 'hang', 'faulty_machine', 'flops-drop', 'bandwidth-drop', 'issue-stall', 'void-high', 'gc-pauses', 'dataloader-bound', 'throughput-drop')
 ;
+
+-- 0005_scenarios
+CREATE TABLE IF NOT EXISTS scenarios
+(
+    job LowCardinality(String),
+    time DateTime64(3, 'UTC') COMMENT 'when the run computed it',
+    run_id String COMMENT 'one id per run',
+    position UInt16 COMMENT 'order in the run (the baseline first when there is one)',
+    name String,
+    settings String COMMENT 'JSON object of the changed settings',
+    swept_key LowCardinality(String) COMMENT 'the --sweep key; empty when none',
+    swept_value Nullable(Float64) COMMENT 'the swept value when a number',
+    step_time_s Float64 COMMENT 'simulated step time, mean over the steps',
+    baseline_s Float64 COMMENT 'the job as measured, simulated, s',
+    speedup Float64 COMMENT 'baseline_s / step_time_s',
+    steps UInt32 COMMENT 'steps calibrated on',
+    last_step UInt64 COMMENT 'newest step calibrated on'
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (job, time, run_id, position)
+TTL toDateTime(time) + INTERVAL 90 DAY
+;
