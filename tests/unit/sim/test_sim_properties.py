@@ -69,8 +69,10 @@ def test_no_straggler_means_no_slowdown(cfg: GenConfig) -> None:
 @SETTINGS
 @given(jobs(), st.data())
 def test_a_slower_worker_raises_s_and_tops_the_heatmap(cfg: GenConfig, data: st.DataObject) -> None:
-    if cfg.dp * cfg.pp < 2:
-        cfg = replace(cfg, dp=2)
+    # A straggler is a minority: with two workers, one slowed is half the job, and the
+    # median ideal (docs/whatif.md) moves with it (hypothesis found dp 1 x pp 2).
+    if cfg.dp * cfg.pp < 3:
+        cfg = replace(cfg, dp=3)
     dp = data.draw(st.integers(0, cfg.dp - 1))
     stage = data.draw(st.integers(0, cfg.pp - 1))
     factor = data.draw(st.floats(1.3, 3.0))
