@@ -69,10 +69,11 @@ def test_no_straggler_means_no_slowdown(cfg: GenConfig) -> None:
 @SETTINGS
 @given(jobs(), st.data())
 def test_a_slower_worker_raises_s_and_tops_the_heatmap(cfg: GenConfig, data: st.DataObject) -> None:
-    # A straggler is a minority: with two workers, one slowed is half the job, and the
-    # median ideal (docs/whatif.md) moves with it (hypothesis found dp 1 x pp 2).
-    if cfg.dp * cfg.pp < 3:
-        cfg = replace(cfg, dp=3)
+    # One DP rank among peers: the ideal compute cost is the mean over all ops of a type
+    # (docs/whatif.md), i.e. work spread evenly over the stages, and with one or two DP
+    # ranks that can be slower than the real uneven pipeline, whose extra work may sit
+    # off the critical path (hypothesis found dp 1 x pp 2 and dp 1 x pp 3: S fell below 1).
+    cfg = replace(cfg, dp=max(cfg.dp, 3))
     dp = data.draw(st.integers(0, cfg.dp - 1))
     stage = data.draw(st.integers(0, cfg.pp - 1))
     factor = data.draw(st.floats(1.3, 3.0))
