@@ -1,8 +1,10 @@
 """Anomalies of the slowdown signals against the job's own history (pure).
 
 Per job, rank and signal, the baseline is the rolling median of the rank's latest
-``window`` values taken while no episode of that kind was open on it (a fault does not
-become its own yardstick); a value is judged once ``warmup`` of them exist. The rules
+``window`` values taken while no episode of that kind was open on it, each admitted
+``open_within`` steps late, once it is clear that no episode grew out of it (a fault
+does not become its own yardstick, and a signal that swings between two levels keeps
+both in its baseline); a value is judged once ``warmup`` of them exist. The rules
 (docs/detection.md, section 3, says why these numbers):
 
 ========================  =======================================================
@@ -91,6 +93,9 @@ class _Track:
     """Whether each of the latest steps was anomalous (while closed)."""
     run: int = 0  # normal steps in a row while open
     open: bool = False
+    pending: deque[float] = field(default_factory=deque)
+    """The latest values, not in ``history`` yet: each is admitted once ``open_within``
+    newer steps went by without an episode growing out of it."""
 
 
 @dataclass
@@ -283,13 +288,23 @@ class SlowdownDetector:
             if sum(track.recent) >= c.open_after:
                 track.open, track.run = True, 0
                 track.recent.clear()
-            elif not f.anomalous:
-                track.history.append(f.value)
+                track.pending.clear()  # the episode's first steps: not a yardstick
+            else:
+                self._admit_later(track, f.value)
         else:
             track.run = track.run + 1 if not f.anomalous else 0
             if track.run >= c.close_after:
                 track.open, track.run = False, 0
         return track.open
+
+    def _admit_later(self, track: _Track, value: float) -> None:
+        """Delayed admission to the baseline: every value outside an episode counts, so
+        a signal that swings between two levels (loopback bandwidth on shared cores)
+        keeps both in its median, but only once no episode grew out of it, so a fault's
+        first steps never become its own yardstick."""
+        track.pending.append(value)
+        if len(track.pending) > self.config.open_within:
+            track.history.append(track.pending.popleft())
 
     def _alerts(
         self,
