@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rankwatch.errors import UserError
 
@@ -20,6 +20,17 @@ if TYPE_CHECKING:
 
 JOB_TABLES = ("jobs", "steps", "hangs")
 """Tables whose rows make a job known to the store (a hang-only job has no steps)."""
+
+
+def add_store_arguments(parser: Any) -> None:
+    """``--clickhouse`` and ``--database`` of a command that reads a job's results."""
+    parser.add_argument(
+        "--clickhouse",
+        metavar="DSN",
+        help="chdb://<dir> or http(s)://user:pw@host:port/db"
+        " (default: $RANKWATCH_CLICKHOUSE, else chdb://var/chdb)",
+    )
+    parser.add_argument("--database", help="database (default: $RANKWATCH_DATABASE)")
 
 
 def resolve_dsn(flag: str | None = None) -> tuple[str, str | None]:

@@ -28,11 +28,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse
 import json
 import resource
-import statistics
 import time
-import tracemalloc
-from collections.abc import Callable
 from typing import Any
+
+from timing import measure  # benchmarks/timing.py (scripts run from this folder)
 
 SWEEPS = {
     "sweep-network": ("network.inter_gbps", [100, 200, 400]),
@@ -40,28 +39,6 @@ SWEEPS = {
     "sweep-microbatches": ("microbatches", [16, 32, 64]),
     "sweep-dp": ("parallel.dp", [32, 64, 128]),
 }
-
-
-def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
-    fn()
-    times, cpu = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    tracemalloc.start()
-    fn()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return {
-        "median_ms": 1e3 * statistics.median(times),
-        "min_ms": 1e3 * min(times),
-        "max_ms": 1e3 * max(times),
-        "cpu_median_ms": 1e3 * statistics.median(cpu),
-        "peak_mib": peak / 2**20,
-        "runs": repeat,
-    }
 
 
 def main() -> None:

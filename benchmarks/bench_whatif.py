@@ -31,36 +31,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse
 import json
 import resource
-import statistics
 import time
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
+from timing import measure  # benchmarks/timing.py (scripts run from this folder)
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
-
-
-def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
-    """Median, min and max seconds over ``repeat`` runs, and the tracemalloc peak (MiB)."""
-    fn()  # warm-up: first-touch page faults, lazy imports
-    times, cpu = [], []
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    tracemalloc.start()
-    fn()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return {
-        "median_ms": 1e3 * statistics.median(times),
-        "min_ms": 1e3 * min(times),
-        "max_ms": 1e3 * max(times),
-        "cpu_median_ms": 1e3 * statistics.median(cpu),
-        "peak_mib": peak / 2**20,
-        "runs": repeat,
-    }
 
 
 def offline_cases(repeat: int) -> dict[str, dict[str, float]]:

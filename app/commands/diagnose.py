@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from rankwatch.stores import add_store_arguments
+
 if TYPE_CHECKING:
     from rankwatch.streams.slowdown.diagnosis import Diagnosis, WhatIf
     from rankwatch.streams.store import Store
@@ -39,13 +41,7 @@ def register(subparsers: Any) -> None:
         " ClickHouse and name the kind of slowdown, with its ranks and numbers.",
     )
     parser.add_argument("job", help="job id")
-    parser.add_argument(
-        "--clickhouse",
-        metavar="DSN",
-        help="chdb://<dir> or http(s)://user:pw@host:port/db"
-        " (default: $RANKWATCH_CLICKHOUSE, else chdb://var/chdb)",
-    )
-    parser.add_argument("--database", help="database (default: $RANKWATCH_DATABASE)")
+    add_store_arguments(parser)
     parser.set_defaults(func=run)
 
 

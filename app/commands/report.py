@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rankwatch.stores import add_store_arguments
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -17,13 +19,7 @@ def register(subparsers: Any) -> None:
         " worker heatmap into one self-contained HTML file.",
     )
     parser.add_argument("job", help="job id")
-    parser.add_argument(
-        "--clickhouse",
-        metavar="DSN",
-        help="chdb://<dir> or http(s)://user:pw@host:port/db"
-        " (default: $RANKWATCH_CLICKHOUSE, else chdb://var/chdb)",
-    )
-    parser.add_argument("--database", help="database (default: $RANKWATCH_DATABASE)")
+    add_store_arguments(parser)
     parser.add_argument("--html", type=Path, metavar="FILE", help="also write the HTML report")
     parser.set_defaults(func=run)
 

@@ -1,0 +1,33 @@
+"""What every in-process benchmark reports for one case: wall-clock median and spread,
+median CPU time, and the tracemalloc peak of one more run (numpy reports its arrays)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable
+
+
+def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
+    """Median, min and max over ``repeat`` runs after one warm-up (first-touch page
+    faults, lazy imports), in ms, and the peak allocated by one more run, in MiB."""
+    fn()
+    times, cpu = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    tracemalloc.start()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "median_ms": 1e3 * statistics.median(times),
+        "min_ms": 1e3 * min(times),
+        "max_ms": 1e3 * max(times),
+        "cpu_median_ms": 1e3 * statistics.median(cpu),
+        "peak_mib": peak / 2**20,
+        "runs": repeat,
+    }
