@@ -20,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ALGORITHMS = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
+from rankwatch.schemas.optypes import COLLECTIVE_ALGORITHMS
+
+ALGORITHMS = COLLECTIVE_ALGORITHMS
 """Collective algorithms the ops v2 schema knows (they set the bus-bandwidth factor)."""
 MAX_STEPS_KEPT = 1024
 

@@ -50,3 +50,25 @@ ATTRIBUTION_GROUP: dict[str, str] = {
     "backward-recv": "backward-pp-comm",
 }
 """Op type -> the group it is attributed to (point-to-point types merged)."""
+
+
+COLLECTIVE_ALGORITHMS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "p2p")
+"""The collectives a rank may declare for an op type (ops v2 ``rank_steps`` ``algo``)."""
+
+
+def bus_factor(algorithm: str, n: int) -> float:
+    """Bytes each rank's links carry per byte of the op's buffer, in a group of ``n``:
+    NCCL's factor from algorithm bandwidth (bytes / time) to bus bandwidth. All-reduce
+    ``2(n-1)/n`` (a reduce-scatter then an all-gather), all-gather and reduce-scatter
+    ``(n-1)/n``, point-to-point 1. One fact for the slowdown signals (bandwidth from
+    measured times, docs/detection.md section 3) and the scenario model (re-timing a
+    collective, docs/scenarios.md)."""
+    if n < 1:
+        raise ValueError(f"group size {n} < 1")
+    if algorithm == "p2p":
+        return 1.0
+    if algorithm == "all-reduce":
+        return 2.0 * (n - 1) / n
+    if algorithm in ("all-gather", "reduce-scatter"):
+        return (n - 1) / n
+    raise ValueError(f"unknown collective algorithm {algorithm!r}")

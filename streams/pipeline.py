@@ -401,7 +401,7 @@ def step_message(step: AssembledStep, analysis: StepAnalysis | None) -> dict[str
 
 def signals_message(s: Signals, anomalies: list[str]) -> dict[str, Any]:
     """The ``rankwatch.signals`` message of one rank's step (see signals.v1.schema.json)."""
-    fields = {k: v for k, v in vars(s).items()}
+    fields = dict(vars(s))
     fields["v_inter"] = min(1.0, max(0.0, s.v_inter))
     fields["v_minority"] = min(1.0, max(0.0, s.v_minority))
     return {"schema": "signals", "version": 1, **fields, "anomalies": anomalies}

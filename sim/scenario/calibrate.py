@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankwatch.schemas.optypes import CODE, OPTYPES
+from rankwatch.schemas.optypes import CODE, OPTYPES, bus_factor
 from rankwatch.sim.durations import Measured
 from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.ideal import ideal_costs
@@ -31,7 +31,6 @@ from rankwatch.sim.scenario.network import (
     LINKS,
     TREE,
     Layout,
-    bus_factor,
     group_size,
     hops,
     link_class,

@@ -46,17 +46,6 @@ TREE = frozenset({"optimizer-clip-main-grad"})
 """Op types NCCL runs with the tree algorithm: a scalar all-reduce is latency-bound."""
 
 
-def bus_factor(algorithm: str, n: int) -> float:
-    """Bytes each rank's links carry per byte of the op's buffer (NCCL's busBw factor)."""
-    if algorithm == "p2p":
-        return 1.0
-    if algorithm == "all-reduce":
-        return 2.0 * (n - 1) / n
-    if algorithm in ("all-gather", "reduce-scatter"):
-        return (n - 1) / n
-    raise ValueError(f"unknown collective {algorithm!r}")
-
-
 def hops(algorithm: str, n: int, tree: bool = False) -> float:
     """Latency terms on the critical path of one op (0 for a group of one)."""
     if algorithm == "p2p":

@@ -27,14 +27,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from rankwatch.schemas.optypes import CODE, OPTYPES
+from rankwatch.schemas.optypes import CODE, OPTYPES, bus_factor
 from rankwatch.sim.scenario.calibrate import GBIT, MEMORY_BOUND, Calibration
 from rankwatch.sim.scenario.catalogue import GPUS
 from rankwatch.sim.scenario.network import (
     DEFAULT_ALGORITHM,
     LINKS,
     TREE,
-    bus_factor,
     group_size,
     hops,
     link_class,

@@ -21,21 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rankwatch.schemas.optypes import bus_factor
+
 NS = 1e9
-
-
-def bus_factor(algo: str, n: int) -> float:
-    """The factor from algorithm bandwidth (bytes / time) to bus bandwidth, as NCCL's
-    tests define it: the share of the buffer each rank's link carries."""
-    if n < 1:
-        raise ValueError(f"group size {n} < 1")
-    if algo == "all-reduce":
-        return 2 * (n - 1) / n
-    if algo in ("all-gather", "reduce-scatter"):
-        return (n - 1) / n
-    if algo == "p2p":
-        return 1.0
-    raise ValueError(f"unknown collective algorithm {algo!r}")
 
 
 @dataclass(frozen=True)

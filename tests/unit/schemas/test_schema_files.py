@@ -11,7 +11,7 @@ from jsonschema import Draft202012Validator
 
 from rankwatch.schemas import columns as cols
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
-from rankwatch.schemas.optypes import OPTYPES
+from rankwatch.schemas.optypes import COLLECTIVE_ALGORITHMS, OPTYPES
 from rankwatch.schemas.registry import KINDS, SCHEMA_DIR, schema, versions
 from rankwatch.schemas.topics import TOPICS
 
@@ -69,6 +69,23 @@ def test_optype_enums_are_the_vocabulary() -> None:
     ops_enum = schema("ops")["properties"]["ops"]["properties"]["optype"]["items"]["enum"]
     assert tuple(ops_enum) == OPTYPES
     assert tuple(schema("heartbeats")["$defs"]["optype"]["enum"]) == OPTYPES
+
+
+def test_collective_algorithms_are_the_ops_v2_enum() -> None:
+    enums = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "algo" in node.get("properties", {}):
+                enums.append(tuple(node["properties"]["algo"]["enum"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema("ops", 2))
+    assert enums and set(enums) == {COLLECTIVE_ALGORITHMS}
 
 
 def test_opbatch_fields_are_the_schema_fields() -> None:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rankwatch.schemas.optypes import bus_factor
 from rankwatch.sim import analyse
 from rankwatch.sim.scenario import (
     Hardware,
@@ -17,7 +18,7 @@ from rankwatch.sim.scenario import (
     calibrate_trace,
     run_scenarios,
 )
-from rankwatch.sim.scenario.network import bus_factor, hops
+from rankwatch.sim.scenario.network import hops
 from rankwatch.sim.scenario.reshape import _signature, recognise_schedule
 from rankwatch.sim.tracegen import GenConfig, Straggler, demo_config, generate_trace
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rankwatch.schemas.optypes import bus_factor
 from rankwatch.streams.slowdown.signals import (
     RankStep,
-    bus_factor,
     flops_per_s,
     step_signals,
 )
