@@ -39,6 +39,7 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
         raise ModelError("the trace has no ops")
     _check_ranges(graph, trace)
     node = _nodes(graph, trace)
+    keep: np.ndarray | slice = slice(None)
     if (node < 0).any():
         unknown = node == -1
         if unknown.any():
@@ -46,26 +47,48 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
                 "ops not in the model inferred from dp_rank 0 (every step and DP rank must "
                 f"run the same ops): {_describe(trace, np.flatnonzero(unknown))}"
             )
-        keep = node >= 0
-        trace, node = trace.select(keep), node[keep]
-    if trace.step.min() == trace.step.max():  # one step (online): skip the sort
-        steps, step_idx = trace.step[:1].copy(), np.zeros(len(trace), dtype=np.int64)
-    else:
-        steps, step_idx = np.unique(trace.step, return_inverse=True)
+        keep = np.flatnonzero(node >= 0)  # rows of no-op records left out, not copied
+        node = node[keep]
+    steps, step_idx = _step_index(trace.step[keep])
     shape = (graph.size, steps.size, graph.dp_size)
-    flat = (node * steps.size + step_idx) * graph.dp_size + trace.dp_rank
-    counts = np.bincount(flat, minlength=int(np.prod(shape)))
-    if (counts > 1).any():
-        raise ModelError(f"ops recorded twice: {_cells(graph, steps, shape, counts > 1)}")
-    if (counts == 0).any():
+    # flat cell of each record, in place: one int64 per record, no other temporary
+    flat = node.astype(np.int64, copy=False)  # our own array: reused in place
+    del node
+    flat *= steps.size
+    flat += step_idx
+    del step_idx
+    flat *= graph.dp_size
+    flat += trace.dp_rank[keep]
+    cells = int(np.prod(shape))
+    seen = np.zeros(cells, dtype=bool)
+    seen[flat] = True
+    if flat.size != cells or not seen.all():  # some cell empty or filled twice
+        counts = np.bincount(flat, minlength=cells)
+        if (counts > 1).any():
+            raise ModelError(f"ops recorded twice: {_cells(graph, steps, shape, counts > 1)}")
         raise ModelError(f"ops missing: {_cells(graph, steps, shape, counts == 0)}")
+    del seen
     start = np.empty(shape)
     duration = np.empty(shape)
-    start.reshape(-1)[flat] = trace.start_ts
-    duration.reshape(-1)[flat] = trace.duration
+    start.reshape(-1)[flat] = trace.start_ts[keep]
+    duration.reshape(-1)[flat] = trace.duration[keep]
     # times from the step's first start
     start -= start.min() if steps.size == 1 else start.min(axis=(0, 2), keepdims=True)
     return OpTimes(steps=steps, start_NSD=start, duration_NSD=duration)
+
+
+def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct steps, ascending, and each record's index among them."""
+    first, last = int(step.min()), int(step.max())
+    if first == last:  # one step (online): no sort, no table
+        return np.array([first], dtype=np.int64), np.zeros(step.size, dtype=np.int64)
+    if last - first > 4 * step.size:  # sparse step numbers: sort
+        return np.unique(step.astype(np.int64), return_inverse=True)
+    present = np.zeros(last - first + 1, dtype=bool)
+    offset = step - first
+    present[offset] = True
+    index = np.cumsum(present) - 1  # step number - first -> index among the steps
+    return np.flatnonzero(present) + first, index[offset]
 
 
 def _nodes(graph: OpGraph, trace: Trace) -> np.ndarray:
