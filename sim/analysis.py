@@ -224,8 +224,15 @@ def _recorded(
     def delay(steps: slice) -> np.ndarray:
         return measured.exact_delay_NSD[:, steps][graph.plan_nodes]
 
-    return _simulate_chunked(
-        graph, (4, exact.shape[1], graph.dp_size), costs, workspace, "recorded.", delay, np.float64
+    return _simulate_chunked(  # arrays: exact, clamped, with workers fixed, 4 blocks, delay
+        graph,
+        (4, exact.shape[1], graph.dp_size),
+        costs,
+        workspace,
+        "recorded.",
+        delay,
+        np.float64,
+        arrays=8,
     )
 
 
@@ -254,18 +261,19 @@ def _simulate_chunked(
     tag: str,
     delay: Callable[[slice], np.ndarray] | None = None,
     dtype: type = np.float32,
+    arrays: int = 3,
 ) -> np.ndarray:
     """Step times ``(X, S)`` of X scenarios, a memory-bounded chunk at a time.
 
     ``lanes``: (X, S, D'); ``costs(steps)``: the costs of all scenarios on a slice of
-    the steps (made from ``(N, steps, D)`` float64 costs); ``delay(steps)``: their launch
-    delays in plan order, added on scenario 0, or None. Without a ``workspace``, the
-    pass's tables are freed when it ends.
+    the steps, which take about ``arrays`` float64 arrays ``(N, steps, D)`` to make and
+    hold; ``delay(steps)``: their launch delays in plan order, added on scenario 0, or
+    None. Without a ``workspace``, the pass's tables are freed when it ends.
     """
     count, steps, width = lanes
     itemsize = np.dtype(dtype).itemsize
     table_bytes = graph.size * width * itemsize  # one scenario on one step
-    cost_bytes = graph.size * graph.dp_size * 8  # the costs of one step
+    cost_bytes = graph.size * graph.dp_size * 8 * arrays  # the costs of one step
     per_chunk = _even(steps, _MAX_CHUNK_BYTES // max(table_bytes, cost_bytes))
     scenarios = _even(count, _MAX_CHUNK_BYTES // (per_chunk * table_bytes))
     work = workspace or Workspace()

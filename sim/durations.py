@@ -20,7 +20,7 @@ import numpy as np
 from rankwatch.sim.align import OpTimes
 from rankwatch.sim.graph import OpGraph
 
-_CHUNK_CELLS = 1 << 21
+_CHUNK_CELLS = 1 << 19
 """Steps are measured a chunk of at most this many (op, step, rank) cells at a time (the
 temporaries' memory), unless one step alone is larger."""
 
