@@ -56,7 +56,7 @@ def test_an_empty_number_is_an_error(trace: Trace, tmp_path: Path) -> None:
     columns = trace.columns()
     columns["duration"] = pa.array([None, *trace.duration[1:].tolist()], pa.float64())
     pq.write_table(pa.table(columns), tmp_path / "t.parquet")
-    with pytest.raises(UserError, match="1 empty value.*duration"):
+    with pytest.raises(UserError, match=r"1 empty value.*duration"):
         read_trace(tmp_path / "t.parquet")
 
 
