@@ -98,8 +98,10 @@ def _numbers(col: ChunkedArray, name: str, narrow: bool = True) -> np.ndarray:
     """
     views = [_view(chunk, name) for chunk in col.chunks]
     dtype = views[0].dtype if views else np.dtype(np.float64)
-    if narrow and dtype.kind in "iu" and all(
-        v.size == 0 or (v.min() >= _INT32.min and v.max() <= _INT32.max) for v in views
+    if (
+        narrow
+        and dtype.kind in "iu"
+        and all(v.size == 0 or (v.min() >= _INT32.min and v.max() <= _INT32.max) for v in views)
     ):
         dtype = np.dtype(np.int32)
     if len(views) == 1 and views[0].dtype == dtype:
