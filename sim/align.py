@@ -49,14 +49,18 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
             )
         keep = np.flatnonzero(node >= 0)  # rows of no-op records left out, not copied
         node = node[keep]
-    steps, step_idx = _step_index(trace.step[keep])
+    step = trace.step[keep]
+    steps, step_index = _step_index(step)
     shape = (graph.size, steps.size, graph.dp_size)
     # flat cell of each record, in place: one int64 per record, no other temporary
     flat = node.astype(np.int64, copy=False)  # our own array: reused in place
     del node
     flat *= steps.size
-    flat += step_idx
-    del step_idx
+    if step_index is None:  # steps first, first + 1, ...: the index is step - first
+        flat += step
+        flat -= steps[0]
+    else:
+        flat += step_index
     flat *= graph.dp_size
     flat += trace.dp_rank[keep]
     cells = int(np.prod(shape))
@@ -77,27 +81,40 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
     return OpTimes(steps=steps, start_NSD=start, duration_NSD=duration)
 
 
-def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct steps, ascending, and each record's index among them."""
+def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The distinct steps, ascending, and each record's index among them; None for the
+    index when the steps are consecutive (it is then ``step - first step``)."""
     first, last = int(step.min()), int(step.max())
-    if first == last:  # one step (online): no sort, no table
-        return np.array([first], dtype=np.int64), np.zeros(step.size, dtype=np.int64)
     if last - first > 4 * step.size:  # sparse step numbers: sort
-        return np.unique(step.astype(np.int64), return_inverse=True)
+        steps, index = np.unique(step.astype(np.int64), return_inverse=True)
+        return steps, index.reshape(-1)
     present = np.zeros(last - first + 1, dtype=bool)
-    offset = step - first
-    present[offset] = True
-    index = np.cumsum(present) - 1  # step number - first -> index among the steps
-    return np.flatnonzero(present) + first, index[offset]
+    present[step - first] = True
+    steps = np.flatnonzero(present) + first
+    if steps.size == present.size:
+        return steps, None
+    return steps, (np.cumsum(present) - 1)[step - first]
 
 
 def _nodes(graph: OpGraph, trace: Trace) -> np.ndarray:
     """Node of each record: -1 not in the model, -2 a no-op record (ignored)."""
     table = graph.lookup
+    _, seqs, stages = table.shape
     seq = trace.seq_id
-    inside = (seq >= 0) & (seq < table.shape[1])
-    node = table[trace.optype, np.where(inside, seq, 0), trace.stage]
-    node[~inside] = -1
+    inside = None
+    if seq.size and (seq.min() < 0 or seq.max() >= seqs):
+        inside = (seq >= 0) & (seq < seqs)
+        seq = np.where(inside, seq, 0)
+    # flat index into the table, made in place (faster than indexing with three arrays)
+    cell = trace.optype.astype(np.int64)
+    cell *= seqs
+    cell += seq
+    cell *= stages
+    cell += trace.stage
+    node = table.reshape(-1).take(cell)
+    del cell
+    if inside is not None:
+        node[~inside] = -1
     return node
 
 
@@ -106,6 +123,8 @@ def _check_ranges(graph: OpGraph, trace: Trace) -> None:
         (trace.dp_rank, graph.dp_size, "dp_rank"),
         (trace.stage, graph.pp_size, "stage"),
     ):
+        if column.size and column.min() >= 0 and column.max() < size:
+            continue
         bad = (column < 0) | (column >= size)
         if bad.any():
             raise ModelError(
