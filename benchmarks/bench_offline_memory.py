@@ -14,7 +14,8 @@ The trace is generated once into a temporary parquet file (or ``--trace FILE``, 
 there if missing). Each run is a new process
 (BLAS single-threaded) that imports rankwatch, reads the file (``rankwatch.traceio``)
 and analyses it (``rankwatch.sim.analyse``), as ``rankwatch whatif`` does; it reports
-the read and analyse wall times and the process's peak RSS (VmHWM). Bytes per op: the peak RSS
+the read and analyse wall times, the process's CPU time over both (user + system: less
+sensitive to other work on the machine) and its peak RSS (VmHWM). Bytes per op: the peak RSS
 above the RSS after the imports (interpreter, numpy, pyarrow), over the op count.
 ``--other DIR`` also measures the rankwatch package found under DIR (e.g. a link tree of
 an older commit, benchmarks/README.md) with the same script, run for run alternating with
@@ -45,6 +46,7 @@ def hwm():  # VmHWM: this process's own peak (ru_maxrss keeps the parent's acros
         return 1024 * int(re.search(r"VmHWM:\\s+(\\d+) kB", f.read()).group(1))
 
 base = hwm()
+c0 = time.process_time()
 t0 = time.perf_counter()
 trace = read_trace(sys.argv[1])
 t1 = time.perf_counter()
@@ -52,8 +54,9 @@ read_peak = hwm()
 dp, pp = int(sys.argv[2]), int(sys.argv[3])
 result = analyse(trace, JobMeta(dp_size=dp, pp_size=pp, vpp_size=1, world_size=dp * pp))
 t2 = time.perf_counter()
+c2 = time.process_time()
 peak = hwm()
-print(json.dumps({"ops": len(trace), "read_s": t1 - t0, "analyse_s": t2 - t1,
+print(json.dumps({"ops": len(trace), "read_s": t1 - t0, "analyse_s": t2 - t1, "cpu_s": c2 - c0,
                   "base_rss": base, "read_peak_rss": read_peak, "peak_rss": peak,
                   "slowdown": float(result.slowdown)}))
 """
@@ -101,6 +104,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "read_s": spread([r["read_s"] for r in runs]),
         "analyse_s": spread([r["analyse_s"] for r in runs]),
         "total_s": spread([r["read_s"] + r["analyse_s"] for r in runs]),
+        "cpu_s": spread([r["cpu_s"] for r in runs]),
         "base_rss_mib": spread([r["base_rss"] / mib for r in runs]),
         "read_peak_rss_mib": spread([r["read_peak_rss"] / mib for r in runs]),
         "peak_rss_mib": spread([r["peak_rss"] / mib for r in runs]),
@@ -139,7 +143,7 @@ def main() -> None:
         print(
             f"{name}: {result['ops']:,} ops, {result['runs']} runs, slowdown {result['slowdown']}"
         )
-        for key in ("read_s", "analyse_s", "total_s"):
+        for key in ("read_s", "analyse_s", "total_s", "cpu_s"):
             r = result[key]
             print(f"  {key:10s} median {r['median']:.3f} s  ({r['min']:.3f}..{r['max']:.3f})")
         for key in ("base_rss_mib", "read_peak_rss_mib", "peak_rss_mib"):
