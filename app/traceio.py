@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import yaml
 
 from rankwatch.errors import UserError
 from rankwatch.sim.trace import TRACE_COLUMNS, JobMeta, Trace, TraceError, optype_codes
-
-if TYPE_CHECKING:
-    from pyarrow import ChunkedArray
 
 
 def require_file(path: str | Path) -> Path:
@@ -32,22 +29,14 @@ def read_trace(path: str | Path) -> Trace:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        # One column at a time, each made a numpy array before the next is read: the
-        # peak is the trace plus one column, not the trace twice; integer columns are
-        # narrowed to int32 and the op types read as arrow dictionary codes, never as
-        # strings (benchmarks/README.md, "Offline analysis of a 1,024-worker job").
+        # One column and one row group at a time, copied into numpy arrays made once:
+        # arrow holds one row group of one column at a time, not a column or the trace.
+        # Integer columns become int32 where the values fit and op types are read as
+        # parquet dictionary codes, never as strings (benchmarks/README.md, "Offline
+        # analysis of a 1,024-worker job").
         names = pq.read_schema(path).names
         source = pq.ParquetFile(path, read_dictionary=[n for n in ("optype",) if n in names])
-        columns = {}
-        for field in source.schema_arrow:
-            if field.name not in TRACE_COLUMNS:
-                continue
-            col = source.read(columns=[field.name], use_threads=False).column(0)
-            if field.name == "optype":
-                columns[field.name] = _optype_column(col)
-            else:
-                columns[field.name] = _numbers(col, field.name)
-            del col
+        columns = {name: _read_column(source, name) for name in names if name in TRACE_COLUMNS}
         # arrow's allocator keeps freed decode buffers for reuse; nothing here reads
         # parquet again, so give them back
         pa.default_memory_pool().release_unused()
@@ -56,22 +45,6 @@ def read_trace(path: str | Path) -> Trace:
         raise UserError(f"cannot read trace {path}: {exc}") from exc
     except Exception as exc:  # pyarrow raises its own hierarchy for corrupt files
         raise UserError(f"cannot read trace {path}: {type(exc).__name__}: {exc}") from exc
-
-
-def _optype_column(col: ChunkedArray) -> np.ndarray:
-    """Op-type codes from arrow's dictionary encoding: no Python string per row."""
-    import pyarrow as pa
-
-    if pa.types.is_integer(col.type):
-        return _numbers(col, "optype", narrow=False)
-    if col.null_count:
-        raise TraceError(f"optype is empty in {col.null_count} row(s)")
-    parts = []
-    for chunk in col.chunks:  # each row group may bring its own dictionary
-        encoded = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
-        names = [str(n) for n in encoded.dictionary.to_pylist()]
-        parts.append(optype_codes(names, _view(encoded.indices, "optype")))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int8)
 
 
 _NUMPY_TYPES = {
@@ -89,29 +62,53 @@ _NUMPY_TYPES = {
 _INT32 = np.iinfo(np.int32)
 
 
-def _numbers(col: ChunkedArray, name: str, narrow: bool = True) -> np.ndarray:
-    """A numeric column as one numpy array; integers made int32 where they fit (unless
-    not ``narrow``), the type of a trace's integer columns that takes least memory.
+def _read_column(source: Any, name: str) -> np.ndarray:
+    """One column of the file as a numpy array, filled a row group at a time.
 
-    Read from arrow's buffers directly: ``to_numpy`` imports pandas (about 45 MiB and
-    a quarter of a second) for what is a view of the same memory.
+    Numbers are read from arrow's buffers directly (``to_numpy`` imports pandas: about
+    45 MiB and a quarter of a second, for a view of the same memory). Integers become
+    int32 while they fit (int64 from the first row group that does not), floats
+    float64; op-type names become codes. An empty value is an error naming the column.
     """
-    views = [_view(chunk, name) for chunk in col.chunks]
-    dtype = views[0].dtype if views else np.dtype(np.float64)
-    if (
-        narrow
-        and dtype.kind in "iu"
-        and all(v.size == 0 or (v.min() >= _INT32.min and v.max() <= _INT32.max) for v in views)
-    ):
-        dtype = np.dtype(np.int32)
-    if len(views) == 1 and views[0].dtype == dtype:
-        return views[0]
-    out = np.empty(sum(v.size for v in views), dtype=dtype)
-    offset = 0
-    for v in views:
-        out[offset : offset + v.size] = v
-        offset += v.size
-    return out
+    out: np.ndarray | None = None
+    filled = 0
+    for group in range(source.metadata.num_row_groups):
+        col = source.read_row_group(group, columns=[name], use_threads=False).column(0)
+        for chunk in col.chunks:
+            values = _optype_codes(chunk) if name == "optype" else _view(chunk, name)
+            if out is None:
+                out = np.empty(source.metadata.num_rows, dtype=_target(name, values.dtype))
+            if out.dtype == np.int32 and values.size and not _fits_int32(values):
+                out = out.astype(np.int64)
+            out[filled : filled + values.size] = values
+            filled += values.size
+    if out is None:  # no rows
+        return np.zeros(0, dtype=np.int8 if name == "optype" else np.float64)
+    return out[:filled]
+
+
+def _target(name: str, dtype: np.dtype) -> type:
+    if name == "optype":  # codes: as they are (int8 from names; Trace checks raw codes)
+        return dtype.type
+    return np.float64 if dtype.kind == "f" else np.int32
+
+
+def _fits_int32(values: np.ndarray) -> bool:
+    return bool(values.min() >= _INT32.min and values.max() <= _INT32.max)
+
+
+def _optype_codes(chunk: Any) -> np.ndarray:
+    """Op-type codes of one arrow array: names through its dictionary (no Python string
+    per row), integer codes as they are."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(chunk.type):
+        return _view(chunk, "optype")
+    if chunk.null_count:
+        raise TraceError(f"optype is empty in {chunk.null_count} row(s)")
+    encoded = chunk if pa.types.is_dictionary(chunk.type) else chunk.dictionary_encode()
+    names = [str(n) for n in encoded.dictionary.to_pylist()]
+    return optype_codes(names, _view(encoded.indices, "optype"))
 
 
 def _view(chunk: Any, name: str) -> np.ndarray:

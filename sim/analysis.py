@@ -150,7 +150,7 @@ def analyse_step(
 
 def measure_trace(graph: OpGraph, trace: Trace) -> Measured:
     """Costs and launch delays of the trace's ops under ``graph``."""
-    return measure(graph, align(graph, trace))
+    return measure(graph, align(graph, trace), in_place=True)
 
 
 def analyse_measured(

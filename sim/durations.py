@@ -51,21 +51,25 @@ class Measured:
         return np.maximum(self.exact_delay_NSD, 0.0)
 
 
-def measure(graph: OpGraph, times: OpTimes) -> Measured:
+def measure(graph: OpGraph, times: OpTimes, *, in_place: bool = False) -> Measured:
     """Costs and launch delays of every recorded op (vectorised over ops, steps, ranks).
 
     Steps are independent: a chunk of steps at a time keeps the temporaries small.
+    ``in_place``: write the costs over ``times``' durations and the delays over its
+    starts (for a caller that made ``times`` only for this: 16 bytes per op less).
     """
     start_NSD, duration_NSD = times.start_NSD, times.duration_NSD
     n, s, d = start_NSD.shape
-    cost_NSD = np.empty_like(start_NSD)
-    delay_NSD = np.empty_like(start_NSD)
+    cost_NSD = duration_NSD if in_place else np.empty_like(start_NSD)
+    delay_NSD = start_NSD if in_place else np.empty_like(start_NSD)
     base_S = np.empty(s)
     per_step = max(1, _CHUNK_CELLS // max(n * d, 1))
     local = ~graph.is_comm
     for first in range(0, s, per_step):
         steps = slice(first, first + per_step)
-        start = np.ascontiguousarray(start_NSD[:, steps])  # gathers from a view are slow
+        # a copy unless the chunk is the whole table (gathers from a strided view are
+        # slow); in place, the delays are written over it only once it is no longer read
+        start = np.ascontiguousarray(start_NSD[:, steps])
         end = start + duration_NSD[:, steps]
         # cost = end - (latest start in the group) for communication ops, else
         # end - start; made in place in the group-start table

@@ -124,3 +124,19 @@ def test_the_shipped_trace_in_small_chunks_gives_the_same_figures(monkeypatch) -
     monkeypatch.setattr(analysis_module, "_MAX_CHUNK_BYTES", 200_000)
     monkeypatch.setattr(durations_module, "_CHUNK_CELLS", 5_000)
     assert analyse(trace, meta).to_json() == whole
+
+
+@pytest.mark.parametrize("chunk_cells", [1, 1 << 30])
+def test_measuring_in_place_gives_the_same_costs(job, monkeypatch, chunk_cells: int) -> None:
+    from rankwatch.sim.align import align
+    from rankwatch.sim.durations import measure
+
+    monkeypatch.setattr(durations_module, "_CHUNK_CELLS", chunk_cells)
+    trace, meta = job
+    graph = infer_graph(trace, meta)
+    times = align(graph, trace)
+    apart = measure(graph, times)
+    together = measure(graph, times, in_place=True)
+    assert together.exact_cost_NSD is times.duration_NSD
+    for name in ("exact_cost_NSD", "exact_delay_NSD", "base_S", "steps"):
+        np.testing.assert_array_equal(getattr(together, name), getattr(apart, name), err_msg=name)
