@@ -31,7 +31,7 @@ def read_trace(path: str | Path) -> Trace:
 
         # One column and one row group at a time, copied into numpy arrays made once:
         # arrow holds one row group of one column at a time, not a column or the trace.
-        # Integer columns become int32 where the values fit and op types are read as
+        # Integer columns but step become int32 where the values fit, op types are read as
         # parquet dictionary codes, never as strings (benchmarks/README.md, "Offline
         # analysis of a 1,024-worker job").
         names = pq.read_schema(path).names
@@ -70,8 +70,9 @@ def _read_column(source: Any, name: str) -> np.ndarray:
 
     Numbers are read from arrow's buffers directly (``to_numpy`` imports pandas: about
     45 MiB and a quarter of a second, for a view of the same memory). Integers become
-    int32 while they fit (int64 from the first row group that does not), floats
-    float64; op-type names become codes. An empty value is an error naming the column.
+    int32 while they fit (int64 from the first row group that does not; ``step``
+    always int64), floats float64; op-type names become codes. An empty value is an
+    error naming the column.
     """
     out: np.ndarray | None = None
     filled = 0
@@ -90,10 +91,17 @@ def _read_column(source: Any, name: str) -> np.ndarray:
     return out[:filled]
 
 
+_WIDE = frozenset({"step"})
+"""Integer columns kept int64: callers compute with step numbers (``streams/replay.py``
+makes ``step * 2**24 + rank`` keys, which int32 would overflow from step 128 on)."""
+
+
 def _target(name: str, dtype: np.dtype) -> type:
     if name == "optype":  # codes: as they are (int8 from names; Trace checks raw codes)
         return dtype.type
-    return np.float64 if dtype.kind == "f" else np.int32
+    if dtype.kind == "f":
+        return np.float64
+    return np.int64 if name in _WIDE else np.int32
 
 
 def _fits_int32(values: np.ndarray) -> bool:

@@ -31,13 +31,14 @@ class Trace:
     """Columns of equal length. ``optype`` holds codes into ``OPTYPES``.
 
     Integer columns are int64 or int32 (:func:`rankwatch.traceio.read_trace` narrows
-    columns whose values fit to int32: 32 bytes per op less for a large trace).
+    those but ``step`` to int32 where the values fit: 28 bytes per op less). Code
+    that multiplies them must widen first (numpy keeps int32 and wraps around).
     """
 
     dp_rank: np.ndarray  # int64 or int32
     stage: np.ndarray  # int64 or int32
     rank: np.ndarray  # int64 or int32
-    step: np.ndarray  # int64 or int32
+    step: np.ndarray  # int64 (or int32 when built so)
     optype: np.ndarray  # int8 codes into OPTYPES
     seq_id: np.ndarray  # int64 or int32
     mc: np.ndarray  # int64 or int32, -1 where not a compute op
