@@ -39,7 +39,7 @@ _MAX_CHUNK_BYTES = 1 << 24
 table, and its share of the costs per (op, step, rank), take at most this many bytes
 (16 MiB), so an analysis's scratch memory does not grow with the trace (one step of a
 job too large for it is one chunk). Larger chunks save little time: a pass costs about
-2 ms per chunk plus 1.5-3.5 ns per (op, lane) cell (benchmarks/README.md, "Offline
+1.7 ms per chunk plus 1.3-3.5 ns per (op, lane) cell (benchmarks/README.md, "Offline
 analysis of a 1,024-worker job")."""
 
 DIMENSIONS = ("optype", "dp_rank", "stage")
