@@ -163,6 +163,7 @@ def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) 
         last_sent = asyncio.run(_paced(broker, topic, batches, rate))
         achieved = sum(len(b.batch) for b in batches) / (time.monotonic() - t0)
         announced = asyncio.run(_announced(broker, f"{prefix}.steps", len(last_sent), 120))
+        peak = _vmhwm_mib(worker.proc.pid)
     finally:
         worker.stop()
     lat = sorted(announced[k] - last_sent[k] for k in announced if k in last_sent)
@@ -173,6 +174,7 @@ def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) 
         "p50_s": statistics.median(lat) if lat else None,
         "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
         "max_s": lat[-1] if lat else None,
+        "peak_rss_mib": peak,
     }
 
 
