@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as exc:
         raise UserError(f"cannot model {args.trace}: {exc}") from exc
     if args.heatmap:
-        from rankwatch.sim.heatmap import render_heatmap
+        from rankwatch.heatmap import render_heatmap
 
         try:
             Path(args.heatmap).write_bytes(render_heatmap(analysis, title=Path(args.trace).stem))

@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from rankwatch.hooks.workload.config import WorkloadConfig
-from rankwatch.hooks.workload.launch import JobResult, free_port, run_job, torch_available
 from rankwatch.schemas.codec import decode, decode_ops
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.devbroker import DevBroker, create_topics
 from rankwatch.streams.pipeline import Pipeline, Source
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store
+from rankwatch.workload.config import WorkloadConfig
+from rankwatch.workload.launch import JobResult, free_port, run_job, torch_available
 
 pytestmark = [
     pytest.mark.integration,
@@ -176,7 +176,7 @@ def _wait_for_messages(bootstrap: str, topic: str, n: int, timeout_s: float = 12
 
 
 def test_interleaved_schedule_runs_and_its_steps_are_analysed(tmp_path: Path) -> None:
-    from rankwatch.commands.workload import run_embedded_workload
+    from rankwatch.ingest import run_embedded_workload
 
     cfg = WorkloadConfig(dp=1, pp=2, schedule="interleaved", steps=4, microbatches=4, job="il")
     run = run_embedded_workload(cfg, tmp_path, dsn=f"chdb://{tmp_path}/chdb")

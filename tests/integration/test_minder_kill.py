@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import pytest
 
-from rankwatch.hooks.agent import KafkaTransport, Outbox, metrics_message
+from rankwatch.agent import KafkaTransport, Outbox, metrics_message
 from rankwatch.streams.devbroker import create_topics
 from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.minder_agent import MinderSettings, MinderState

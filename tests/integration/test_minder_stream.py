@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 import pytest
 
-from rankwatch.hooks.agent import (
+from rankwatch.agent import (
     Agent,
     AgentConfig,
     HostSampler,

@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {
     "app": "rankwatch",
     "hooks": "rankwatch/hooks",
+    "agent": "rankwatch/agent",
+    "workload": "rankwatch/workload",
     "schemas": "rankwatch/schemas",
     "sim": "rankwatch/sim",
     "streams": "rankwatch/streams",

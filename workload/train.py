@@ -1,4 +1,4 @@
-"""The workload's ranks: ``python -m rankwatch.hooks.workload.train`` (see launch.py).
+"""The workload's ranks: ``python -m rankwatch.workload.train`` (see launch.py).
 
 Reads its settings from ``RANKWATCH_WORKLOAD`` (JSON of :class:`WorkloadConfig`) and
 ``WORLD_SIZE``/``MASTER_*``; each rank writes ``rank<r>.json`` (step times, hook
@@ -51,9 +51,9 @@ from rankwatch.hooks.integrations import (
 from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.session import HooksConfig, init
 from rankwatch.hooks.tracker import RankWatch
-from rankwatch.hooks.workload.clocksync import align_clocks
-from rankwatch.hooks.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
-from rankwatch.hooks.workload.model import StageModule, build_stage
+from rankwatch.workload.clocksync import align_clocks
+from rankwatch.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
+from rankwatch.workload.model import StageModule, build_stage
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Parsers of the /proc files the agent reads: text in, plain numbers out.
 
-Counters are returned raw (cumulative); :mod:`rankwatch.hooks.agent.sampler` turns
+Counters are returned raw (cumulative); :mod:`rankwatch.agent.sampler` turns
 them into rates. Every parser tolerates missing fields (kernels differ) by leaving
 them out rather than failing.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankwatch.hooks.workload.config import WorkloadConfig
+from rankwatch.workload.config import WorkloadConfig
 
 
 def test_the_straggler_alternates_every_k_steps_on_its_rank_only() -> None:

@@ -8,9 +8,9 @@ only; aiokafka and pynvml are imported lazily. Like the hooks, it never blocks o
 the network and never dies of a sample it cannot take.
 """
 
-from rankwatch.hooks.agent.outbox import KafkaTransport, LinesTransport, Outbox
-from rankwatch.hooks.agent.runner import Agent, AgentConfig, metrics_message, run_agents
-from rankwatch.hooks.agent.sampler import HostSampler, ProcessSampler
+from rankwatch.agent.outbox import KafkaTransport, LinesTransport, Outbox
+from rankwatch.agent.runner import Agent, AgentConfig, metrics_message, run_agents
+from rankwatch.agent.sampler import HostSampler, ProcessSampler
 
 __all__ = [
     "Agent",

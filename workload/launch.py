@@ -1,6 +1,6 @@
 """Start the workload's ranks on this machine and collect what they report.
 
-One ``python -m rankwatch.hooks.workload.train`` process imports torch and forks the
+One ``python -m rankwatch.workload.train`` process imports torch and forks the
 ranks, with the torch launcher variables set (``MASTER_ADDR``/``PORT``,
 ``WORLD_SIZE``), one compute thread per rank and gloo on loopback. A rank that fails,
 or a job that overruns, fails the job with the failing ranks' logs. This module does
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch.hooks.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
+from rankwatch.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
 
 
 class WorkloadError(RuntimeError):
@@ -108,7 +108,7 @@ def _spawn(cfg: WorkloadConfig, port: int, out: Path) -> subprocess.Popen[bytes]
     }
     env.pop("RANK", None)
     log = (out / "launcher.log").open("wb")
-    cmd = [sys.executable, "-m", "rankwatch.hooks.workload.train"]
+    cmd = [sys.executable, "-m", "rankwatch.workload.train"]
     return subprocess.Popen(
         cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankwatch.hooks.workload.validation import decompose
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
+from rankwatch.validation import decompose
 
 
 def job(factor: float | None, dp: int = 2) -> GenConfig:

@@ -31,8 +31,6 @@ from typing import Any
 import numpy as np
 
 from rankwatch.hooks.spool import Spool
-from rankwatch.hooks.workload.config import WorkloadConfig
-from rankwatch.hooks.workload.launch import run_job
 from rankwatch.schemas.codec import decode_ops
 from rankwatch.schemas.optypes import CODE, COMPUTE
 from rankwatch.sim import (
@@ -47,6 +45,8 @@ from rankwatch.sim import (
     measure_trace,
 )
 from rankwatch.streams.assembly import AssembledStep, StepAssembler
+from rankwatch.workload.config import WorkloadConfig
+from rankwatch.workload.launch import run_job
 
 SLOW_RANK = 0
 

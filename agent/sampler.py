@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from rankwatch.hooks.agent import procfs
+from rankwatch.agent import procfs
 
 Reader = Callable[[str], str]
 Parser = Callable[[str], dict[str, float]]
