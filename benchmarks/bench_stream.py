@@ -43,11 +43,14 @@ from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.alerts import StragglerAlerts
 from rankwatch.streams.analyser import WhatIfAnalyser
 from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.devbroker import DevBroker, create_topics
 from rankwatch.streams.pipeline import Pipeline, Source
 from rankwatch.streams.replay import ReplayedBatch, replay_repeated
-from rankwatch.streams.testing import WorkerProcess, uncommitted
 from rankwatch.traceio import read_meta, read_trace
+
+# the dev broker and the worker helpers are test helpers (tests/support), not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.devbroker import DevBroker, create_topics
+from support.workers import WorkerProcess, uncommitted
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
 

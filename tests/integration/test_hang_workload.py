@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.devbroker import create_topics
 
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.devbroker import create_topics
 from rankwatch.workload.config import WorkloadConfig
 from rankwatch.workload.launch import _spawn, free_port, run_job, torch_available
 

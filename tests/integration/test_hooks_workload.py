@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.devbroker import DevBroker, create_topics
 
 from rankwatch.schemas.codec import decode, decode_ops
 from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.devbroker import DevBroker, create_topics
 from rankwatch.streams.pipeline import Pipeline, Source
 from rankwatch.streams.sink import TableSink
 from rankwatch.streams.store import Store

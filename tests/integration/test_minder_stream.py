@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from support.devbroker import create_topics
 
 from rankwatch.agent import (
     Agent,
@@ -28,7 +29,6 @@ from rankwatch.agent import (
     run_agents,
 )
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.devbroker import create_topics
 from rankwatch.streams.store import Store
 
 pytestmark = pytest.mark.integration

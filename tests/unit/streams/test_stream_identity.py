@@ -8,6 +8,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from support.workers import several_jobs
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.schemas.opbatch import OpBatch
@@ -16,7 +17,6 @@ from rankwatch.streams.assembly import AssemblyConfig
 from rankwatch.streams.identity import JobIdentities
 from rankwatch.streams.pipeline import JobHistory, Output, Pipeline, Source
 from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.testing import several_jobs
 
 ORIGIN = 1_700_000_000 * 10**9
 

@@ -1,5 +1,5 @@
 """Helpers for testing stream workers against a real broker and store (used by the
-integration tests and the benchmark; the structlog habit of shipping test helpers).
+integration tests and the stream benchmark; not part of the wheel).
 
 A worker runs as a real ``rankwatch worker`` subprocess; the test follows it through
 its health file (a chDB path belongs to one process, so the test cannot query the store

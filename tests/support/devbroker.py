@@ -9,9 +9,10 @@ client; tests create their topics explicitly rather than relying on auto-creatio
 would give them ``num.partitions=1`` (and faust refuses a table whose source topic and
 changelog disagree on partitions).
 
-The script lives in the repository, not in the wheel: it is found through
-``RANKWATCH_KAFKA_SCRIPT``, next to this module's source (editable installs), or under the
-current directory.
+A test helper, not part of the wheel (``tests/support``, importable as ``support`` under
+pytest, whose ``pythonpath`` names ``tests``; the stream benchmark adds it itself). The
+script it drives is found through ``RANKWATCH_KAFKA_SCRIPT``, in this repository, or
+under the current directory.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ def find_script() -> Path:
     candidates: list[Path] = []
     if env := os.environ.get(SCRIPT_ENV):
         candidates.append(Path(env))
-    # In a (strict) editable install this file resolves to <repo>/streams/devbroker.py.
-    candidates.append(Path(__file__).resolve().parents[1] / "scripts" / "kafka.sh")
+    # this file is <repo>/tests/support/devbroker.py
+    candidates.append(Path(__file__).resolve().parents[2] / "scripts" / "kafka.sh")
     candidates.append(Path.cwd() / "scripts" / "kafka.sh")
     for path in candidates:
         if path.is_file():
