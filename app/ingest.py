@@ -1,7 +1,7 @@
 """A whole job's op-batch messages through the ops worker's pipeline, into the store.
 
 What ``rankwatch demo`` and the embedded ``rankwatch workload`` share (the loop itself
-is the embedded runner's, :func:`rankwatch.streams.embedded.feed`): the messages
+is the embedded runner's, :func:`rankwatch.streams.ops.embedded.feed`): the messages
 (as the hooks sent them, with their send times as the clock) are assembled into steps,
 analysed live (rolling ideal, as in a cluster) and stored in the configured store,
 replacing any earlier rows of the same job id. The analysed steps come back as one
@@ -22,7 +22,7 @@ from rankwatch.errors import UserError
 
 if TYPE_CHECKING:
     from rankwatch.sim import JobMeta, Trace
-    from rankwatch.streams.assembly import AssembledStep
+    from rankwatch.streams.ops.assembly import AssembledStep
     from rankwatch.workload.config import WorkloadConfig
     from rankwatch.workload.launch import JobResult
 
@@ -56,10 +56,10 @@ def store_job(
     store at ``dsn`` (default: the configured one). ``meta``: the job's sizes when known
     (else taken from the assembled steps)."""
     from rankwatch.stores import forget_job, open_store
-    from rankwatch.streams.analyser import WhatIfAnalyser
-    from rankwatch.streams.embedded import feed
-    from rankwatch.streams.pipeline import Pipeline
-    from rankwatch.streams.sink import TableSink
+    from rankwatch.streams.kit.sink import TableSink
+    from rankwatch.streams.ops.analyser import WhatIfAnalyser
+    from rankwatch.streams.ops.embedded import feed
+    from rankwatch.streams.ops.pipeline import Pipeline
 
     with open_store(dsn, migrate=True) as store:
         forget_job(store, job)

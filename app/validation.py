@@ -44,7 +44,7 @@ from rankwatch.sim import (
     infer_graph,
     measure_trace,
 )
-from rankwatch.streams.assembly import AssembledStep, StepAssembler
+from rankwatch.streams.ops.assembly import AssembledStep, StepAssembler
 from rankwatch.workload.config import WorkloadConfig
 from rankwatch.workload.launch import run_job
 

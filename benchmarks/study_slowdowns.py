@@ -44,10 +44,10 @@ from typing import Any
 
 from rankwatch.commands.diagnose import diagnose_stored
 from rankwatch.ingest import run_embedded_workload
+from rankwatch.streams.kit.store import Store
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 from rankwatch.streams.slowdown.diagnosis import diagnose
 from rankwatch.streams.slowdown.signals import Signals
-from rankwatch.streams.store import Store
 from rankwatch.workload.config import WorkloadConfig
 
 NETNS, VETH, PEER = "rwstudy", "rwv0", "rwv1"

@@ -100,7 +100,7 @@ def run_generated(args: argparse.Namespace) -> tuple[StoredJob, str]:
     from rankwatch.ingest import store_job
     from rankwatch.schemas.codec import encode_ops
     from rankwatch.sim.tracegen import demo_config, generate_trace
-    from rankwatch.streams.replay import replay_batches, span_ns
+    from rankwatch.streams.ops.replay import replay_batches, span_ns
 
     trace, meta = generate_trace(demo_config(seed=args.seed))
     origin_ns = time.time_ns() - span_ns(trace)  # the job ends now, not in the future

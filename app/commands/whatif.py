@@ -73,7 +73,7 @@ def run_live(args: argparse.Namespace, trace: Trace, meta: JobMeta) -> int:
     import orjson
 
     from rankwatch.errors import UserError
-    from rankwatch.streams.live import describe_live, live_figures, live_json
+    from rankwatch.streams.ops.live import describe_live, live_figures, live_json
 
     if args.window < 1:
         raise UserError(f"--window must be at least 1, not {args.window}")

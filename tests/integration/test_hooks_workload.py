@@ -18,10 +18,11 @@ import pytest
 from support.devbroker import DevBroker, create_topics
 
 from rankwatch.schemas.codec import decode, decode_ops
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.pipeline import Pipeline
 from rankwatch.workload.config import WorkloadConfig
 from rankwatch.workload.launch import JobResult, free_port, run_job, torch_available
 

@@ -23,9 +23,9 @@ from support.devbroker import create_topics
 from support.workers import read_topic
 
 from rankwatch.agent import KafkaTransport, Outbox, metrics_message
+from rankwatch.streams.kit.store import Store
 from rankwatch.streams.minder.online import OnlineConfig
-from rankwatch.streams.minder_agent import MinderSettings, MinderState
-from rankwatch.streams.store import Store
+from rankwatch.streams.minder.worker import MinderSettings, MinderState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NS = 1_000_000_000

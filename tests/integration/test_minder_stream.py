@@ -29,7 +29,7 @@ from rankwatch.agent import (
     run_agents,
 )
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 NS = 1_000_000_000

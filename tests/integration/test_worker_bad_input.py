@@ -28,8 +28,8 @@ from support.workers import (
 )
 
 from rankwatch.schemas.codec import encode_ops
-from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MAX_BYTES = 100_000

@@ -25,7 +25,7 @@ from support.workers import (
     wait_committed,
 )
 
-from rankwatch.streams.publish import publish
+from rankwatch.streams.ops.publish import publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 4

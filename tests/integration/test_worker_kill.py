@@ -24,9 +24,9 @@ from support.workers import (
     wait_committed,
 )
 
-from rankwatch.streams.publish import publish
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"

@@ -21,8 +21,8 @@ from support.workers import (
     wait_committed,
 )
 
-from rankwatch.streams.publish import publish
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

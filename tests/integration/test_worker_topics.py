@@ -24,9 +24,9 @@ from support.workers import (
 )
 from support.workers import several_jobs as make_jobs
 
-from rankwatch.streams.publish import publish
-from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOBS = ["job-a", "job-b"]

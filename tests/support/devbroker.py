@@ -156,9 +156,9 @@ async def create_topics(
 
     Waits until every partition has a leader, so a producer or consumer started right
     after does not race the broker's metadata (the workers' own start-up path,
-    :func:`rankwatch.streams.topics.ensure_topics`).
+    :func:`rankwatch.streams.kit.topics.ensure_topics`).
     """
-    from rankwatch.streams.topics import TopicError, TopicPlan, ensure_topics
+    from rankwatch.streams.kit.topics import TopicError, TopicPlan, ensure_topics
 
     plan = TopicPlan(partitions, 1, retention_ms=None, config=dict(config or {}))
     try:

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.schemas.codec import decode, encode_ops
-from rankwatch.streams.alerts import StragglerAlerts
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.health import read_status
-from rankwatch.streams.pipeline import Output, Pipeline, Source
-from rankwatch.streams.replay import ReplayedBatch
+from rankwatch.streams.kit.health import read_status
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.ops.alerts import StragglerAlerts
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssemblyConfig
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 STEP_FIELDS = ("job", "step", "t_base", "t_sim", "t_ideal", "slowdown", "partial", "n_ops")
 
@@ -212,7 +213,7 @@ def several_jobs(jobs: list[str], steps: int, origin_ns: int) -> list[ReplayedBa
     """Generated traces of ``jobs`` (each with a different straggler), replayed at once:
     their batches interleaved in send-time order."""
     from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-    from rankwatch.streams.replay import replay_batches
+    from rankwatch.streams.ops.replay import replay_batches
 
     out: list[ReplayedBatch] = []
     for i, job in enumerate(jobs):
@@ -232,7 +233,7 @@ def several_jobs(jobs: list[str], steps: int, origin_ns: int) -> list[ReplayedBa
 
 def stored_steps(dsn: str) -> list[dict[str, Any]]:
     """The ``steps`` rows in ``dsn`` (unmerged: duplicates would show)."""
-    from rankwatch.streams.store import Store
+    from rankwatch.streams.kit.store import Store
 
     with Store.connect(dsn) as store:
         return store.query(f"SELECT {', '.join(STEP_FIELDS)} FROM steps ORDER BY job, step")

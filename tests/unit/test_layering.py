@@ -106,10 +106,15 @@ FORBIDDEN = {
         "torch",
     ),
 }
-# pure subpackages living inside a shell folder
-FORBIDDEN["streams/minder"] = FORBIDDEN["sim"] + ("rankwatch.sim",)
-FORBIDDEN["streams/hang"] = FORBIDDEN["sim"] + ("rankwatch.sim",)
-FORBIDDEN["streams/slowdown"] = FORBIDDEN["sim"] + ("rankwatch.sim",)
+
+# streams/: one wing per worker over the shell kit. Each wing's __init__ names its shell
+# modules (SHELL); every other module of the wing is pure core.
+WINGS = ("kit", "ops", "hang", "minder", "slowdown")
+PURE_FORBIDDEN = FORBIDDEN["sim"]  # no faust, Kafka, ClickHouse, torch, app
+# the wings whose cores may use the engine, and what a wing may import of other wings
+# (the kit's pure modules: every wing)
+USES_SIM = {"ops"}
+USES_WINGS = {"kit": (), "ops": ("slowdown",), "hang": (), "minder": (), "slowdown": ()}
 
 
 def wheel_folders() -> dict[str, str]:
@@ -133,6 +138,18 @@ def imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
     return names
+
+
+def wing_shells(wing: str) -> tuple[str, ...]:
+    """The SHELL names of ``streams/<wing>/__init__.py``."""
+    tree = ast.parse((ROOT / "streams" / wing / "__init__.py").read_text())
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign):
+            target = node.targets[0]
+        if getattr(target, "id", "") == "SHELL" and node.value is not None:  # type: ignore[union-attr]
+            return tuple(ast.literal_eval(node.value))  # type: ignore[union-attr, arg-type]
+    raise AssertionError(f"streams/{wing}/__init__.py names no SHELL")
 
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
@@ -169,4 +186,65 @@ def test_sim_does_no_io() -> None:
         offenders += [
             f"{path.name} imports {m}" for m in imported_modules(path) if m in banned_modules
         ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_streams_is_wings_only() -> None:
+    """Every stream module lives in a wing, and every shell a wing names exists."""
+    loose = sorted(p.name for p in (ROOT / "streams").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules outside a wing: {loose}"
+    folders = {p.name for p in (ROOT / "streams").iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(WINGS)
+    for wing in WINGS:
+        modules = {p.stem for p in (ROOT / "streams" / wing).glob("*.py")}
+        assert set(wing_shells(wing)) <= modules, wing
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_each_wing_core_is_pure(wing: str) -> None:
+    """A wing's core imports no faust, Kafka, ClickHouse, torch nor any shell module, and
+    of the other wings only the kit's core (and what USES_WINGS allows)."""
+    shells = {f"rankwatch.streams.{w}.{module}" for w in WINGS for module in wing_shells(w)}
+    banned = PURE_FORBIDDEN + (() if wing in USES_SIM else ("rankwatch.sim",))
+    allowed_wings = {wing, "kit", *USES_WINGS[wing]}
+    offenders = []
+    for path in sorted((ROOT / "streams" / wing).glob("*.py")):
+        if path.stem in wing_shells(wing):
+            continue
+        for module in imported_modules(path):
+            parts = module.split(".")
+            if module in shells or any(module.startswith(s + ".") for s in shells):
+                offenders.append(f"{path.name} imports the shell {module}")
+            elif parts[:2] == ["rankwatch", "streams"] and len(parts) > 2:
+                if parts[2] not in allowed_wings:
+                    offenders.append(f"{path.name} imports the wing {module}")
+            elif any(module == b or module.startswith(b + ".") for b in banned):
+                offenders.append(f"{path.name} imports {module}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_kit_knows_no_wing() -> None:
+    offenders = [
+        f"{path.name} imports {module}"
+        for path in sorted((ROOT / "streams" / "kit").glob("*.py"))
+        for module in imported_modules(path)
+        if module.split(".")[:2] == ["rankwatch", "streams"]
+        and len(module.split(".")) > 2
+        and module.split(".")[2] != "kit"
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("wing", [w for w in WINGS if w != "kit"])
+def test_a_wing_shell_uses_the_kit_and_its_own_core(wing: str) -> None:
+    allowed_wings = {wing, "kit", *USES_WINGS[wing]}
+    offenders = [
+        f"{path.name} imports {module}"
+        for path in sorted((ROOT / "streams" / wing).glob("*.py"))
+        if path.stem in wing_shells(wing)
+        for module in imported_modules(path)
+        if module.split(".")[:2] == ["rankwatch", "streams"]
+        and len(module.split(".")) > 2
+        and module.split(".")[2] not in allowed_wings
+    ]
     assert not offenders, "\n".join(offenders)

@@ -124,9 +124,9 @@ def test_the_readme_config_excerpt_is_a_valid_config(tmp_path: Path) -> None:
 
 
 def test_every_worker_takes_the_shared_settings() -> None:
-    from rankwatch.streams.hang_worker import HangSettings
-    from rankwatch.streams.minder_agent import MinderSettings
-    from rankwatch.streams.worker_state import WorkerSettings
+    from rankwatch.streams.hang.worker import HangSettings
+    from rankwatch.streams.minder.worker import MinderSettings
+    from rankwatch.streams.ops.worker_state import WorkerSettings
 
     config = load_config(env={"RANKWATCH_SESSION_TIMEOUT_S": "6", "RANKWATCH_GROUP": "g"})
     for kind, suffix in ((WorkerSettings, ""), (HangSettings, "-hang"), (MinderSettings, "-m")):

@@ -11,7 +11,7 @@ import orjson
 from rankwatch.agent import metrics_message
 from rankwatch.schemas.codec import decode
 from rankwatch.streams.minder.online import NS, OnlineConfig
-from rankwatch.streams.minder_agent import MinderSettings, MinderState
+from rankwatch.streams.minder.worker import MinderSettings, MinderState
 
 
 class FakeStore:

@@ -12,7 +12,7 @@ import pytest
 from support.workers import reference_rows
 
 from rankwatch.sim import analyse
-from rankwatch.streams.replay import replay_batches
+from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "stragglers"

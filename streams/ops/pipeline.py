@@ -21,48 +21,18 @@ import numpy as np
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import CONTRACTS
-from rankwatch.streams.alerts import Alert, StragglerAlerts, alert_row
-from rankwatch.streams.assembly import AssembledStep, AssemblyConfig, StepAssembler
-from rankwatch.streams.deadletter import DeadLetter, dead_letter, dead_letter_row
-from rankwatch.streams.identity import Coordinates, JobIdentities
-from rankwatch.streams.jobs import JobBook
+from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
+from rankwatch.streams.kit.output import Output, Source, alert_row
+from rankwatch.streams.kit.times import utc
+from rankwatch.streams.ops.alerts import Alert, StragglerAlerts
+from rankwatch.streams.ops.assembly import AssembledStep, AssemblyConfig, StepAssembler
+from rankwatch.streams.ops.identity import Coordinates, JobIdentities
+from rankwatch.streams.ops.jobs import JobBook
 from rankwatch.streams.slowdown.detector import SlowdownDetector
 from rankwatch.streams.slowdown.signals import RankStep, Signals, step_signals
-from rankwatch.streams.times import utc
 
 MAX_OPEN_RANK_STEPS = 100_000
 """Rank summaries held for steps not closed yet; past it the oldest steps' go."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a message came from, for dead letters (offset -1 when not from Kafka)."""
-
-    topic: str
-    partition: int = -1
-    offset: int = -1
-    key: bytes | None = None
-    timestamp_ns: int | None = None
-    """The broker's timestamp: dead letters carry it, so a re-delivered bad message
-    gives the same row (the table collapses it) rather than a second one."""
-
-
-DEAD_LETTERS = "dead-letters"
-"""The kind (topic ``<prefix>.dead-letters``) of a refused message's publication."""
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One message for ``<prefix>.<kind>``, keyed by job, sent once its rows are stored."""
-
-    kind: str
-    key: str
-    value: bytes
-    headers: list[tuple[str, bytes]] | None = None
-
-    @classmethod
-    def of_dead_letter(cls, letter: DeadLetter) -> Publication:
-        return cls(DEAD_LETTERS, letter.key, letter.data, letter.headers())
 
 
 @dataclass(frozen=True)
@@ -80,37 +50,6 @@ class StepAnalyser(Protocol):
     """The seam for the what-if engine: one closed step in, its analysis out."""
 
     def analyse(self, step: AssembledStep) -> StepAnalysis | None: ...
-
-
-@dataclass
-class Output:
-    """Rows per ClickHouse table produced by one call."""
-
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    steps: list[AssembledStep] = field(default_factory=list)
-    messages: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
-    """(kind, key, message) to publish once the rows are stored."""
-    ops: list[OpBatch] = field(default_factory=list)
-    """Accepted op batches, for the raw ``ops`` table (when the pipeline keeps them)."""
-    pending: tuple[tuple[str, int], ...] = ()
-    """(job, step) of the open steps the message fed: not stored until they close."""
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    """Refused messages, for the dead-letter topic once their rows are stored."""
-
-    def add(self, table: str, row: dict[str, Any]) -> None:
-        self.rows.setdefault(table, []).append(row)
-
-    def extend(self, other: Output) -> None:
-        for table, rows in other.rows.items():
-            self.rows.setdefault(table, []).extend(rows)
-        self.steps.extend(other.steps)
-        self.messages.extend(other.messages)
-        self.ops.extend(other.ops)
-        self.pending += other.pending
-        self.dead_letters.extend(other.dead_letters)
-
-    def __bool__(self) -> bool:
-        return any(self.rows.values()) or bool(self.ops)
 
 
 @dataclass

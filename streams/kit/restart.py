@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
-from rankwatch.streams.pipeline import Publication
-from rankwatch.streams.store import Store
-from rankwatch.streams.times import utc
+from rankwatch.streams.kit.output import Publication
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.kit.times import utc
 
 _SNAPSHOT = (
     "SELECT state FROM detector_state FINAL "

@@ -2,7 +2,7 @@
 
 Wraps the online API of :mod:`rankwatch.sim` for the pipeline. Per job it infers
 the dependency model once, from the first complete step, and keeps a window of per-step
-summaries keyed by step number (:class:`~rankwatch.streams.window.StepWindow`): each
+summaries keyed by step number (:class:`~rankwatch.streams.ops.window.StepWindow`): each
 new complete step is put into the window and analysed against the ideal costs of the W
 latest analysed steps up to it. After a restart the worker rebuilds the window from the
 stored ops of the last analysed steps (:meth:`WhatIfAnalyser.restore`), so the numbers
@@ -29,9 +29,9 @@ from rankwatch.sim import (
 )
 from rankwatch.sim.analysis import DIMENSIONS, WORTH_ATTRIBUTING
 from rankwatch.sim.ideal import summarise
-from rankwatch.streams.assembly import AssembledStep
-from rankwatch.streams.pipeline import StepAnalysis
-from rankwatch.streams.window import StepWindow
+from rankwatch.streams.ops.assembly import AssembledStep
+from rankwatch.streams.ops.pipeline import StepAnalysis
+from rankwatch.streams.ops.window import StepWindow
 
 DEFAULT_WINDOW = 20
 """Steps in the rolling window the ideal costs come from."""

@@ -127,8 +127,8 @@ def train_model(
 def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> dict[str, Any]:
     """Train on every server's train split, then the leave-one-server-out study."""
     from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.files import load_group
     from rankwatch.streams.minder.study import study
-    from rankwatch.streams.minder_files import load_group
 
     group, names = load_group(directory)
     config = detector or MinderConfig(window=train.window, stride=max(train.window // 2, 1))
@@ -148,8 +148,8 @@ def holdout_dir(
     """Train on every server's train split, pick settings on the servers not in
     ``held_out`` and score the held-out ones (``rankwatch.streams.minder.holdout``)."""
     from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.files import GroupFileError, load_group
     from rankwatch.streams.minder.holdout import holdout_study
-    from rankwatch.streams.minder_files import GroupFileError, load_group
 
     group, names = load_group(directory)
     unknown = sorted(set(held_out) - set(names))
@@ -176,8 +176,8 @@ def rotation_dir(directory: Path, train: TrainConfig, minutes_per_point: float) 
     """Train on every server's train split, hold out each server in turn and pool
     (``rankwatch.streams.minder.holdout.rotation_study``)."""
     from rankwatch.streams.minder.detector import MinderConfig
+    from rankwatch.streams.minder.files import load_group
     from rankwatch.streams.minder.holdout import rotation_study
-    from rankwatch.streams.minder_files import load_group
 
     group, names = load_group(directory)
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rankwatch.schemas.topics import DEAD_LETTER_HEADERS
-from rankwatch.streams.times import utc
+from rankwatch.streams.kit.times import utc
 
 PAYLOAD_BYTES = 4096
 """How much of a rejected message the row keeps (enough to debug; the topic has it all)."""
@@ -36,7 +36,7 @@ class DeadLetter:
 
 
 def dead_letter(data: bytes, source: Any, reason: str, detail: str, job: str = "") -> DeadLetter:
-    """``source`` is a :class:`rankwatch.streams.pipeline.Source`; ``job`` the job the
+    """``source`` is a :class:`rankwatch.streams.kit.output.Source`; ``job`` the job the
     body names, when it could be read. Keyed as it was read (the partition's job: a body
     that names another is the suspect), else by the body's job."""
     key = (source.key or b"").decode("utf-8", "replace") or job
@@ -48,7 +48,7 @@ def dead_letter(data: bytes, source: Any, reason: str, detail: str, job: str = "
 def dead_letter_row(
     data: bytes, source: Any, now_ns: int, reason: str, detail: str
 ) -> dict[str, Any]:
-    """``source`` is a :class:`rankwatch.streams.pipeline.Source` (topic, partition,
+    """``source`` is a :class:`rankwatch.streams.kit.output.Source` (topic, partition,
     offset, key, broker timestamp). The row's time is the broker's timestamp when known,
     so a re-delivered bad message gives the same row (the table collapses it)."""
     stamp = getattr(source, "timestamp_ns", None)

@@ -64,7 +64,7 @@ class AssemblyConfig:
     """Per job, the latest partial steps kept for late batches (``late = "reanalyse"``)."""
     step_window: int = 4096
     """A batch naming a step farther than this from its job's newest accepted step is a
-    dead letter (:mod:`~rankwatch.streams.identity`). At most ``closed_memory``: a step
+    dead letter (:mod:`~rankwatch.streams.ops.identity`). At most ``closed_memory``: a step
     inside the window behind is then always remembered as stored if it was."""
 
     def __post_init__(self) -> None:

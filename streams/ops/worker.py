@@ -5,7 +5,7 @@ steps) with acknowledgements under our control: an event is acknowledged only wh
 what it fed is stored (faust then commits the highest contiguous acknowledged offset
 per partition). A timer closes steps whose grace period ran out, stores the buffer,
 acknowledges, publishes stored results and writes the health file. All logic is in
-:mod:`~rankwatch.streams.worker_state` and the pure core; this module moves bytes.
+:mod:`~rankwatch.streams.ops.worker_state` and the pure core; this module moves bytes.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 import faust
 import orjson
 
-from rankwatch.streams.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
-from rankwatch.streams.health import health_problems, write_status
-from rankwatch.streams.pipeline import DEAD_LETTERS, Source
-from rankwatch.streams.worker_state import WorkerSettings, WorkerState
+from rankwatch.streams.kit.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
+from rankwatch.streams.kit.health import health_problems, write_status
+from rankwatch.streams.kit.output import DEAD_LETTERS, Source
+from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
 
 __all__ = ["WorkerSettings", "WorkerState", "build_app"]
 

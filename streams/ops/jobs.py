@@ -1,7 +1,7 @@
 """What the ``jobs`` table says about each job: its sizes, hosts and time span.
 
 The op batches carry everything needed: DP and PP sizes in the header (fixed by the
-job's first batch: :mod:`~rankwatch.streams.identity` refuses a batch that disagrees),
+job's first batch: :mod:`~rankwatch.streams.ops.identity` refuses a batch that disagrees),
 TP/CP and model-chunk counts as the largest rank or chunk seen, the host of each rank. The
 GPU-hour panels multiply step time by ``world_size``, so the worker that analyses a
 job also keeps its row current. Pure: no I/O, no clock.
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.streams.assembly import AssembledStep
-from rankwatch.streams.times import utc
+from rankwatch.streams.kit.times import utc
+from rankwatch.streams.ops.assembly import AssembledStep
 
 REFRESH_NS = 60 * 10**9
 """At most one row per job per minute of op time when only ``last_seen`` moved."""

@@ -1,6 +1,6 @@
 """The faust agent of the hang detector: heartbeats and stack dumps in, hangs out.
 
-A thin shell around :class:`rankwatch.streams.hangs.HangService`: ``<prefix>.heartbeats``
+A thin shell around :class:`rankwatch.streams.hang.service.HangService`: ``<prefix>.heartbeats``
 and ``<prefix>.stacks`` are keyed by job, so one worker owns all of a job's ranks. Each
 message is handed to the service with its arrival time; a timer (every ``tick_s``)
 evaluates the jobs, stores the ``hangs``, ``stacks``, ``alerts`` and ``dead_letters``
@@ -26,19 +26,19 @@ import faust
 import orjson
 
 from rankwatch.schemas.codec import decode, encode
-from rankwatch.streams.faustapp import new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.hang.detector import Episode, HangConfig
-from rankwatch.streams.hangs import HangService, episode_from_alert
-from rankwatch.streams.pipeline import DEAD_LETTERS, Output, Publication, Source
-from rankwatch.streams.restart import (
+from rankwatch.streams.hang.service import HangService, episode_from_alert
+from rankwatch.streams.kit.faustapp import new_app, output_topics, shorten_fetch_wait
+from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Publication, Source
+from rankwatch.streams.kit.restart import (
     announced_row,
     deliver,
     load_snapshot,
     snapshot_row,
     unannounced,
 )
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store, StoreError
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store, StoreError
 
 log = logging.getLogger("rankwatch.hang")
 DETECTOR = "hang"

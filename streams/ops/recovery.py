@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rankwatch.streams.alerts import Alert
-from rankwatch.streams.assembly import AssembledStep, step_from_columns
-from rankwatch.streams.identity import Coordinates
-from rankwatch.streams.pipeline import JobHistory
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.alerts import Alert
+from rankwatch.streams.ops.assembly import AssembledStep, step_from_columns
+from rankwatch.streams.ops.identity import Coordinates
+from rankwatch.streams.ops.pipeline import JobHistory
 from rankwatch.streams.slowdown.detector import KINDS as SLOWDOWN_KINDS
 from rankwatch.streams.slowdown.signals import Signals
-from rankwatch.streams.store import Store
 
 _CLOSED = (
     "SELECT step, slowdown FROM steps FINAL WHERE job = {job:String} "

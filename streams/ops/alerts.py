@@ -2,7 +2,7 @@
 
 Pure: each analysed step is offered with its slowdown and top attribution; the rolling
 job-level S is the mean slowdown of the job's latest analysed steps up to that step
-(:class:`~rankwatch.streams.window.SlowdownWindow`), so a restart that reloads those
+(:class:`~rankwatch.streams.ops.window.SlowdownWindow`), so a restart that reloads those
 steps decides the same. An episode starts when the rolling S reaches ``fire_at`` and
 ends when it drops below ``clear_below`` (hysteresis: no flapping around one value).
 Its ``alert_id`` names the job and the step that started it, so the firing and the
@@ -29,20 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from rankwatch.schemas.tables import CONTRACTS
-from rankwatch.streams.times import utc
-from rankwatch.streams.window import SlowdownWindow
-
-
-def alert_row(message: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``alerts`` row of an alert message (straggler, hang or Minder): the message's
-    fields as its table contract says, evidence as JSON, ``time`` its ms copy."""
-    row = CONTRACTS["alerts"].row(message, time=utc(message["ts_ns"]))
-    row["evidence"] = orjson.dumps(message["evidence"]).decode()
-    return row
-
+from rankwatch.streams.ops.window import SlowdownWindow
 
 BLAME = ("worker", "dp_rank", "stage")
 """Dimensions an alert may blame, most specific first (op types are not to blame)."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import faust
 
 if TYPE_CHECKING:
-    from rankwatch.streams.pipeline import Publication
+    from rankwatch.streams.kit.output import Publication
 
 log = logging.getLogger("rankwatch.faust")
 

@@ -4,7 +4,7 @@ It owns the pipeline, the sink, the acknowledgement tracker and the store connec
 and holds the rules that make the worker lose nothing:
 
 - a message is acknowledged (its offset may be committed) only once everything it fed
-  is stored (:mod:`rankwatch.streams.acks`);
+  is stored (:mod:`rankwatch.streams.kit.acks`);
 - a job met for the first time is restored from the store first (its stored steps
   count as late, its windows and open alert come back: :mod:`~.recovery`);
 - a store that fails with a transient error is retried with exponential backoff; the
@@ -25,15 +25,16 @@ from typing import Any
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops, encode
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.streams.acks import AckTracker
-from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
-from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.deadletter import DeadLetter
-from rankwatch.streams.pipeline import Output, Pipeline, Publication, Source
-from rankwatch.streams.recovery import load_history
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store, StoreError
+from rankwatch.streams.kit.acks import AckTracker
+from rankwatch.streams.kit.deadletter import DeadLetter
+from rankwatch.streams.kit.output import Output, Publication, Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store, StoreError
+from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
+from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssemblyConfig
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.recovery import load_history
 
 log = logging.getLogger("rankwatch.worker")
 
@@ -111,7 +112,7 @@ class WorkerState:
         self.counters = WorkerCounters()
         self.job_partitions: dict[str, tuple[str, int]] = {}
         self.topics: dict[str, int] = {}
-        """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.topics`)."""
+        """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
         self.sink = TableSink(None, settings.max_buffered_rows, auto_flush=False)
         self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
         self._publishable: list[tuple[str, str, dict[str, Any]]] = []

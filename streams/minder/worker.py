@@ -32,21 +32,20 @@ import faust
 import numpy as np
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
-from rankwatch.streams.alerts import alert_row
-from rankwatch.streams.deadletter import DeadLetter, dead_letter, dead_letter_row
-from rankwatch.streams.faustapp import new_app, output_topics
-from rankwatch.streams.minder.detector import MinderModel
-from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
-from rankwatch.streams.minder.serial import model_from_arrays
-from rankwatch.streams.pipeline import DEAD_LETTERS, Publication, Source
-from rankwatch.streams.restart import (
+from rankwatch.streams.kit.deadletter import DeadLetter, dead_letter, dead_letter_row
+from rankwatch.streams.kit.faustapp import new_app, output_topics
+from rankwatch.streams.kit.output import DEAD_LETTERS, Publication, Source, alert_row
+from rankwatch.streams.kit.restart import (
     announced_row,
     deliver,
     load_snapshot,
     snapshot_row,
     unannounced,
 )
-from rankwatch.streams.store import Store, StoreError
+from rankwatch.streams.kit.store import Store, StoreError
+from rankwatch.streams.minder.detector import MinderModel
+from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
+from rankwatch.streams.minder.serial import model_from_arrays
 
 log = logging.getLogger("rankwatch.minder")
 

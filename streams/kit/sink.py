@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.streams.pipeline import Output
-from rankwatch.streams.store import Store, StoreError
+from rankwatch.streams.kit.output import Output
+from rankwatch.streams.kit.store import Store, StoreError
 
 _LAST = ("steps",)
 
@@ -56,7 +56,7 @@ class TableSink:
 
     def flush(self) -> None:
         """Insert everything buffered; on failure what is not inserted stays for a retry
-        (:class:`~rankwatch.streams.store.StoreError`, ``transient`` says if waiting helps).
+        (:class:`~rankwatch.streams.kit.store.StoreError`, ``transient`` says if waiting helps).
         A sink without a store yet (still connecting) fails as transient."""
         if self.store is None:
             if not self.pending:

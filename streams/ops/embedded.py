@@ -10,10 +10,11 @@ from collections.abc import Iterable
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.schemas.topics import TOPICS
-from rankwatch.streams.assembly import AssembledStep
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.sink import TableSink
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.ops.assembly import AssembledStep
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 
 def feed(

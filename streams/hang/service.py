@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.schemas.codec import InvalidMessage, decode
-from rankwatch.streams.alerts import alert_row
-from rankwatch.streams.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
-from rankwatch.streams.pipeline import Output, Source
-from rankwatch.streams.times import utc
+from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
+from rankwatch.streams.kit.output import Output, Source, alert_row
+from rankwatch.streams.kit.times import utc
 
 MAX_DUMPS_PER_JOB = 4096
 """Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""

@@ -1,7 +1,7 @@
 """The live worker's figures for a whole trace, without Kafka or a store.
 
 The ops worker analyses each complete step as it closes, against ideal costs from a
-rolling window of the latest analysed steps up to it (:mod:`rankwatch.streams.analyser`),
+rolling window of the latest analysed steps up to it (:mod:`rankwatch.streams.ops.analyser`),
 and stores one row per step; the report and the Grafana boards aggregate those rows.
 The offline engine instead takes its ideal costs from the whole trace. Both are right
 for their use, and they differ (docs/whatif.md, "Offline and live figures").
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rankwatch.sim import JobMeta, Trace
-from rankwatch.streams.analyser import DEFAULT_WINDOW, WhatIfAnalyser
-from rankwatch.streams.assembly import AssembledStep
+from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssembledStep
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.schemas.topics import TOPICS
-from rankwatch.streams.replay import ReplayedBatch
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 
 async def publish_batches(
