@@ -248,3 +248,17 @@ def test_a_wing_shell_uses_the_kit_and_its_own_core(wing: str) -> None:
         and module.split(".")[2] not in allowed_wings
     ]
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_readme_layout_names_every_folder_wing_and_stream_module() -> None:
+    """The README's layout tables match the code: a newcomer finds every worker's files."""
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    missing = [f"{folder}/" for folder in PACKAGES if f"`{folder}/`" not in layout]
+    for wing in WINGS:
+        if f"`streams/{wing}/`" not in layout:
+            missing.append(f"streams/{wing}/")
+        for path in sorted((ROOT / "streams" / wing).glob("*.py")):
+            if path.name != "__init__.py" and f"`{path.name}`" not in layout:
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"not in the README's layout: {missing}"
