@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankwatch.sim import JobMeta, Trace
+from rankwatch.sim import JobMeta, Trace, waste_of
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssembledStep
 
@@ -43,7 +43,7 @@ class LiveFigures:
 
     @property
     def waste(self) -> float:
-        return float(1 - self.t_ideal.sum() / self.t_sim.sum())
+        return waste_of(self.slowdown)
 
     def attribution(self, dimension: str) -> dict[str, float]:
         """Group -> S_g, largest first: ``1 + sum((S_g,i - 1) T_ideal,i) / sum(T_ideal)``

@@ -21,6 +21,7 @@ import numpy as np
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.sim import waste_of
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row
 from rankwatch.streams.kit.times import utc
@@ -211,11 +212,12 @@ class Pipeline:
         out = Output()
         for step in sorted(closed, key=lambda s: (s.job, s.step)):
             analysis = self.analyser.analyse(step) if self.analyser else None
-            out.add("steps", step_row(step, analysis, now_ns))
+            message = step_message(step, analysis)
+            out.add("steps", step_row(message, now_ns))
             for dimension, group, value in analysis.attributions if analysis else ():
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
-            out.messages.append(("steps", step.job, step_message(step, analysis)))
+            out.messages.append(("steps", step.job, message))
             self._signals(step, now_ns, out)
             job_row = self.jobs.due(step)
             if job_row is not None:
@@ -292,25 +294,14 @@ def leaders(analysis: StepAnalysis) -> dict[str, tuple[str, float]]:
     return best
 
 
-def step_row(step: AssembledStep, analysis: StepAnalysis | None, now_ns: int) -> dict[str, Any]:
-    t_sim = analysis.t_sim if analysis else None
-    t_ideal = analysis.t_ideal if analysis else None
-    slowdown = analysis.slowdown if analysis else None
-    return {
-        "job": step.job,
-        "step": step.step,
-        "time": utc(step.start_ns),
-        "t_base": step.t_base,
-        "t_sim": t_sim,
-        "t_ideal": t_ideal,
-        "slowdown": slowdown,
-        "waste": None if slowdown is None else 1.0 - 1.0 / slowdown,
-        "partial": int(step.partial),
-        "missing_workers": [f"{d},{p}" for d, p in step.missing_workers],
-        "n_ops": step.n_ops,
-        "analysed_at": utc(now_ns),
-        "version": now_ns,
-    }
+def step_row(message: dict[str, Any], now_ns: int) -> dict[str, Any]:
+    """The ``steps`` row of a step's message (:func:`step_message`), as the table's
+    contract says (``schemas/tables.py``): ``time`` the step's start as a DateTime,
+    ``partial`` as 0 or 1, when it was analysed as bookkeeping."""
+    row = CONTRACTS["steps"].row(message, analysed_at=utc(now_ns), version=now_ns)
+    row["time"] = utc(message["start_ns"])
+    row["partial"] = int(message["partial"])
+    return row
 
 
 def step_message(step: AssembledStep, analysis: StepAnalysis | None) -> dict[str, Any]:
@@ -330,7 +321,7 @@ def step_message(step: AssembledStep, analysis: StepAnalysis | None) -> dict[str
         "t_sim": analysis.t_sim if analysis else None,
         "t_ideal": analysis.t_ideal if analysis else None,
         "slowdown": slowdown,
-        "waste": None if slowdown is None else 1.0 - 1.0 / slowdown,
+        "waste": None if slowdown is None else waste_of(slowdown),
         "partial": step.partial,
         "missing_workers": [f"{d},{p}" for d, p in step.missing_workers],
         "n_ops": step.n_ops,
