@@ -37,6 +37,7 @@ from rankwatch.streams.kit.restart import (
     snapshot_row,
     unannounced,
 )
+from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store, StoreError
 
@@ -48,19 +49,13 @@ NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
-class HangSettings:
-    bootstrap: str
-    dsn: str
-    database: str | None = None
+class HangSettings(ServiceSettings):
+    """The hang worker's settings: the shared ones and its own section."""
+
     group: str = "rankwatch-hang"
-    topic_prefix: str = "rankwatch"
-    partitions: int = 8
-    tick_s: float = 1.0
     fetch_wait_ms: int = 50
     """Faust's fetch waits 1.5 s for idle partitions: a heartbeat held that long would
     make its rank look silent too late (the episode is then declared before it is)."""
-    session_timeout_s: float = 30.0
-    """Kafka group session: how long a killed worker's partitions wait for a successor."""
     offset_reset: str = "latest"
     """Where a new consumer group starts: heartbeats are about now, so replaying old
     ones would only declare long-gone jobs hung ("earliest" for tests on new topics)."""

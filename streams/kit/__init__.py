@@ -9,7 +9,7 @@ clickhouse-connect or chDB), ``sink`` (batched inserts of an ``Output``), ``rest
 Pure: ``output`` (what a core hands its shell: rows, publications, dead letters,
 where a message came from), ``deadletter`` (one shape for refused messages),
 ``acks`` (when a consumed message may be acknowledged; the ops worker's today),
-``times``.
+``settings`` (what every worker's settings hold), ``times``.
 """
 
 SHELL = ("faustapp", "topics", "store", "sink", "restart", "health")

@@ -42,6 +42,7 @@ from rankwatch.streams.kit.restart import (
     snapshot_row,
     unannounced,
 )
+from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
@@ -51,21 +52,14 @@ log = logging.getLogger("rankwatch.minder")
 
 
 @dataclass(frozen=True)
-class MinderSettings:
-    bootstrap: str
-    dsn: str
-    database: str | None = None
+class MinderSettings(ServiceSettings):
+    """The Minder worker's settings: the shared ones and its own section."""
+
     group: str = "rankwatch-minder"
-    topic_prefix: str = "rankwatch"
-    partitions: int = 8
-    tick_s: float = 1.0
     online: OnlineConfig = field(default_factory=OnlineConfig)
     model_path: str = ""
     """A model written by ``rankwatch minder train`` (denoisers, priority, thresholds);
     empty: no denoising, metrics in name order, the default threshold."""
-    session_timeout_s: float = 30.0
-    """Kafka group session (``[kafka] session_timeout_s``, as for the other workers): how
-    long a killed worker's partitions wait for a successor."""
 
 
 DETECTOR = "minder"

@@ -28,6 +28,7 @@ from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker
 from rankwatch.streams.kit.deadletter import DeadLetter
 from rankwatch.streams.kit.output import Output, Publication, Source
+from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
@@ -42,16 +43,9 @@ MAX_BACKOFF_S = 30.0
 
 
 @dataclass(frozen=True)
-class WorkerSettings:
-    bootstrap: str
-    dsn: str
-    database: str | None = None
-    """None: the DSN's database, else ``rankwatch``."""
-    group: str = "rankwatch-worker"
-    topic_prefix: str = "rankwatch"
-    """Topics are ``<prefix>.<kind>``; tests use a fresh prefix each."""
-    partitions: int = 8
-    tick_s: float = 1.0
+class WorkerSettings(ServiceSettings):
+    """The ops worker's settings: the shared ones and its own section."""
+
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
     window: int = DEFAULT_WINDOW
@@ -75,8 +69,6 @@ class WorkerSettings:
     """How often faust commits the acknowledged offsets (its default is 2.8 s). Only
     acknowledged (stored) offsets are ever committed; a shorter interval just lets the
     group's lag show what is stored sooner, and re-reads less after a crash."""
-    session_timeout_s: float = 30.0
-    """Kafka group session: how long a dead worker's partitions wait before moving."""
     status_file: str | None = None
     """Where the worker writes its health (JSON) every tick; see ``rankwatch worker --health``."""
 
