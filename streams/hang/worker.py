@@ -28,7 +28,7 @@ import orjson
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.hang.detector import Episode, HangConfig
 from rankwatch.streams.hang.service import HangService, episode_from_alert
-from rankwatch.streams.kit.faustapp import new_app, output_topics, shorten_fetch_wait
+from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Publication, Source
 from rankwatch.streams.kit.restart import (
     announced_row,
@@ -176,14 +176,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     state = HangState(settings)
 
     def topic(kind: str) -> Any:
-        return app.topic(
-            f"{settings.topic_prefix}.{kind}",
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
+        return input_topic(app, settings.topic_prefix, kind, settings.partitions)
 
     out_topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
 

@@ -65,6 +65,18 @@ def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
     fetcher._fetch_max_wait_ms = wait_ms
 
 
+def input_topic(app: faust.App, prefix: str, kind: str, partitions: int) -> Any:
+    """The ``<prefix>.<kind>`` topic a worker reads raw bytes from (keys too)."""
+    return app.topic(
+        f"{prefix}.{kind}",
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
 def output_topics(app: faust.App, prefix: str, kinds: Iterable[str]) -> dict[str, Any]:
     """``<prefix>.<kind>`` topics a worker writes raw bytes to, by kind."""
     return {

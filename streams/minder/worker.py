@@ -33,7 +33,7 @@ import numpy as np
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
 from rankwatch.streams.kit.deadletter import DeadLetter, dead_letter, dead_letter_row
-from rankwatch.streams.kit.faustapp import new_app, output_topics
+from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
 from rankwatch.streams.kit.output import DEAD_LETTERS, Publication, Source, alert_row
 from rankwatch.streams.kit.restart import (
     announced_row,
@@ -277,14 +277,7 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         stream_wait_empty=False,  # unacknowledged events wait for their window, not rebalances
     )
     state = MinderState(settings)
-    metrics = app.topic(
-        f"{settings.topic_prefix}.metrics",
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.partitions,
-    )
+    metrics = input_topic(app, settings.topic_prefix, "metrics", settings.partitions)
     topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
 
     @app.agent(metrics)

@@ -18,7 +18,13 @@ from typing import Any
 import faust
 import orjson
 
-from rankwatch.streams.kit.faustapp import new_app, output_topics, send_all, shorten_fetch_wait
+from rankwatch.streams.kit.faustapp import (
+    input_topic,
+    new_app,
+    output_topics,
+    send_all,
+    shorten_fetch_wait,
+)
 from rankwatch.streams.kit.health import health_problems, write_status
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
 from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
@@ -45,14 +51,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         stream_wait_empty=False,  # unacknowledged events wait for their steps, not rebalances
     )
     state = WorkerState(settings)
-    ops_topic = app.topic(
-        f"{settings.topic_prefix}.ops",
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=settings.partitions,
-    )
+    ops_topic = input_topic(app, settings.topic_prefix, "ops", settings.partitions)
     out_topics = output_topics(app, settings.topic_prefix, OUTPUT_KINDS)
     counters_log = _EveryMinute()
 
