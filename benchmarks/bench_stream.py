@@ -225,6 +225,20 @@ async def _announced(broker: str, topic: str, want: int, timeout_s: float) -> di
     return got
 
 
+def _job_shape(trace: Any, batches: list[ReplayedBatch]) -> dict[str, Any]:
+    """The replayed job's size: reporting ranks, steps, records per step."""
+    records = sum(len(b.batch) for b in batches)
+    steps = len({s for b in batches for s, _ in b.batch.steps_done})
+    ranks = len({b.batch.rank for b in batches})
+    return {
+        "ranks": ranks,
+        "steps": steps,
+        "records": records,
+        "records_per_step": records / max(steps, 1),
+        "messages": len(batches),
+    }
+
+
 def _pinned(worker: WorkerProcess) -> WorkerProcess:
     """Pin the worker (and its threads) to the last core, when taskset exists."""
     if shutil.which("taskset"):
@@ -258,16 +272,37 @@ def main() -> int:
         choices=("SE", "ST", "GEN"),
         help="a shipped trace, or GEN: generated DP 16 x PP 8, 32 microbatches, 8 steps",
     )
+    parser.add_argument(
+        "--gen",
+        default="16x8x32x8",
+        metavar="DPxPPxMBxSTEPS",
+        help="the GEN job: DP ranks, stages, microbatches, steps (one straggler)",
+    )
     parser.add_argument("--copies", type=int, default=10)
     parser.add_argument("--rate", type=float, default=0.0, help="latency case (0: 70%% of 1x)")
+    parser.add_argument(
+        "--step-s",
+        type=float,
+        default=0.0,
+        help="latency case: send one step every STEP_S seconds (the job's pace; overrides --rate)",
+    )
+    parser.add_argument(
+        "--cases",
+        default="core,kafka-1x,kafka-Nx,latency",
+        help="comma-separated subset of core, kafka-1x, kafka-Nx, latency",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
     )
     args = parser.parse_args()
+    cases = set(args.cases.split(","))
     if args.trace == "GEN":
+        dp, pp, mb, steps = (int(v) for v in args.gen.lower().split("x"))
         trace, meta = generate_trace(
-            GenConfig(dp=16, pp=8, microbatches=32, steps=8, stragglers=(Straggler(1, 2, 1.4),))
+            GenConfig(
+                dp=dp, pp=pp, microbatches=mb, steps=steps, stragglers=(Straggler(1, 2, 1.4),)
+            )
         )
     elif DATA.is_dir():
         trace = read_trace(DATA / f"trace-{args.trace}.parquet")
@@ -276,21 +311,34 @@ def main() -> int:
         print(f"skipped: {DATA} is absent")
         return 0
     one = list(replay_repeated(trace, meta, "bench", time.time_ns(), 1))
-    many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies))
-    results: dict[str, Any] = {"trace": args.trace, "core": core(one, trace, meta)}
+    results: dict[str, Any] = {"trace": args.trace, "job": _job_shape(trace, one)}
+    if args.trace == "GEN":
+        results["gen"] = args.gen
+    if "core" in cases:
+        results["core"] = core(one, trace, meta)
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
     broker = DevBroker(work / "kafka")
     try:
         bootstrap = broker.start()
-        results["kafka-1x"] = drain(bootstrap, one, work, "x1")
-        results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
+        if "kafka-1x" in cases or ("latency" in cases and not (args.rate or args.step_s)):
+            results["kafka-1x"] = drain(bootstrap, one, work, "x1")
+        if "kafka-Nx" in cases:
+            many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies))
+            results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
+            del many
         if args.without_ops:
             results["kafka-1x-without-ops"] = drain(
                 bootstrap, one, work, "n1", RANKWATCH_KEEP_OPS="0"
             )
-        rate = args.rate or 0.7 * results["kafka-1x"]["records_per_s"]
-        live = list(replay_repeated(trace, meta, "live", time.time_ns(), 3))
-        results["latency"] = latency(bootstrap, live, rate, work)
+        if "latency" in cases:
+            per_step = results["job"]["records_per_step"]
+            rate = (
+                per_step / args.step_s
+                if args.step_s
+                else args.rate or 0.7 * results["kafka-1x"]["records_per_s"]
+            )
+            live = list(replay_repeated(trace, meta, "live", time.time_ns(), 3))
+            results["latency"] = latency(bootstrap, live, rate, work)
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

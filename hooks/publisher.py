@@ -9,8 +9,13 @@ back so the step's closing message is never empty. Failed messages go to the spo
 works. Heartbeats go out every ``heartbeat_s``; the watchdog (``watchdog.py``), when
 given, is asked each round whether the op in flight is stuck and its stack dump sent.
 
+A rank told not to send its ops (``PublisherConfig.send_ops``: the tensor- and
+context-parallel peers of a large job, see ``HooksConfig.ops_from``) still times them
+(the watchdog and the heartbeats need the op in flight) and sends heartbeats and stack
+dumps; its records are taken from the buffer and counted as ``withheld``.
+
 Every record put is accounted for in :class:`PublisherStats`:
-``put = dropped_buffer + sent + resent + in_spool + dropped_send + pending``.
+``put = dropped_buffer + sent + resent + in_spool + dropped_send + pending + withheld``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class PublisherConfig:
     heartbeat_s: float = 5.0
     resend_interval_s: float = 2.0
     close_timeout_s: float = 10.0
+    send_ops: bool = True
+    """False: this rank's op records are not sent (only heartbeats and stacks)."""
 
 
 @dataclass
@@ -55,6 +62,8 @@ class PublisherStats:
     stacks_dropped: int = 0
     errors: int = 0
     """Exceptions caught in the publisher loop (it keeps going)."""
+    withheld: int = 0
+    """Records of a rank that does not send its ops (``PublisherConfig.send_ops``)."""
 
     def accounted(self) -> bool:
         """Every record put is sent, resent, spooled, dropped or still pending."""
@@ -65,6 +74,7 @@ class PublisherStats:
             + self.in_spool
             + self.dropped_send
             + self.pending
+            + self.withheld
         )
 
     def as_dict(self) -> dict[str, int]:
@@ -174,6 +184,9 @@ class Publisher:
 
     def _flush(self, final: bool, now: float = 0.0) -> None:
         records, ends, notes = self.buffer.take_all()
+        if not self.config.send_ops:
+            self.stats.withheld += len(records)
+            return
         self.summaries.add_notes(notes)
         self.summaries.add_records(records)
         for r in records:

@@ -7,6 +7,12 @@ Where records go, first match wins: ``sink`` (a callable, the embedded mode), Ka
 (``kafka=`` or ``RANKWATCH_KAFKA``; failed messages spooled under ``spool_dir`` when
 given), else a spool file only (``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``).
 
+``RANKWATCH_OPS_FROM=tp0`` (``HooksConfig.ops_from``): only the tensor- and
+context-parallel rank 0 of each (DP rank, stage) sends its op records; the others send
+heartbeats and stack dumps only. The what-if reads only those ranks' ops anyway (TP and
+CP peers move in lockstep), so on a large job this cuts the ops traffic by TP x CP
+(``docs/sizing.md``).
+
 ``RANKWATCH_HEARTBEAT_S`` and ``RANKWATCH_WATCHDOG_S`` (seconds an op may stay in
 flight before the watchdog dumps the stacks; 0: off), when set, override what the
 program passed to ``init``: the operator tunes hang detection without editing the
@@ -32,6 +38,7 @@ from rankwatch.hooks.watchdog import WatchdogConfig
 from rankwatch.schemas.topics import TOPICS
 
 OFF_VALUES = frozenset({"0", "off", "false", "no"})
+OPS_FROM = ("all", "tp0")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,16 @@ class HooksConfig:
     """Records the buffer holds before dropping the oldest."""
     publisher: PublisherConfig = field(default_factory=PublisherConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    ops_from: str = "all"
+    """"all": every rank sends its op records; "tp0": only ranks with tp_rank 0 and
+    cp_rank 0 do (the rest send heartbeats and stack dumps)."""
+
+    def __post_init__(self) -> None:
+        if self.ops_from not in OPS_FROM:
+            raise ValueError(f"ops_from must be one of {', '.join(OPS_FROM)}: {self.ops_from!r}")
+
+    def sends_ops(self, identity: Identity) -> bool:
+        return self.ops_from == "all" or (identity.tp_rank == 0 and identity.cp_rank == 0)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **given: Any) -> HooksConfig:
@@ -55,6 +72,7 @@ class HooksConfig:
             "kafka": env.get("RANKWATCH_KAFKA", ""),
             "topic_prefix": env.get("RANKWATCH_TOPIC_PREFIX", "rankwatch"),
             "spool_dir": env.get("RANKWATCH_HOOKS_SPOOL", ""),
+            "ops_from": env.get("RANKWATCH_OPS_FROM", "all").lower(),
         }
         values.update({k: v for k, v in given.items() if v is not None})
         return with_env_overrides(cls(**values), env)
@@ -90,12 +108,13 @@ def init(
         return None
     identity = identity or identity_from_env()
     transport, spool = _destination(config, identity, sink)
+    publisher = replace(config.publisher, send_ops=config.sends_ops(identity))
     _current = RankWatch(
         identity,
         transport,
         clock=clock,
         capacity=config.capacity,
-        publisher=config.publisher,
+        publisher=publisher,
         spool=spool,
         watchdog=config.watchdog,
     )

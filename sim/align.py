@@ -39,6 +39,7 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
         raise ModelError("the trace has no ops")
     _check_ranges(graph, trace)
     node = _nodes(graph, trace)
+    keep: np.ndarray | slice = slice(None)
     if (node < 0).any():
         unknown = node == -1
         if unknown.any():
@@ -46,35 +47,74 @@ def align(graph: OpGraph, trace: Trace) -> OpTimes:
                 "ops not in the model inferred from dp_rank 0 (every step and DP rank must "
                 f"run the same ops): {_describe(trace, np.flatnonzero(unknown))}"
             )
-        keep = node >= 0
-        trace, node = trace.select(keep), node[keep]
-    if trace.step.min() == trace.step.max():  # one step (online): skip the sort
-        steps, step_idx = trace.step[:1].copy(), np.zeros(len(trace), dtype=np.int64)
-    else:
-        steps, step_idx = np.unique(trace.step, return_inverse=True)
+        keep = np.flatnonzero(node >= 0)  # rows of no-op records left out, not copied
+        node = node[keep]
+    step = trace.step[keep]
+    steps, step_index = _step_index(step)
     shape = (graph.size, steps.size, graph.dp_size)
-    flat = (node * steps.size + step_idx) * graph.dp_size + trace.dp_rank
-    counts = np.bincount(flat, minlength=int(np.prod(shape)))
-    if (counts > 1).any():
-        raise ModelError(f"ops recorded twice: {_cells(graph, steps, shape, counts > 1)}")
-    if (counts == 0).any():
+    # flat cell of each record, in place: one int64 per record, no other temporary
+    flat = node.astype(np.int64, copy=False)  # our own array: reused in place
+    del node
+    flat *= steps.size
+    if step_index is None:  # steps first, first + 1, ...: the index is step - first
+        flat += step
+        flat -= steps[0]
+    else:
+        flat += step_index
+    flat *= graph.dp_size
+    flat += trace.dp_rank[keep]
+    cells = int(np.prod(shape))
+    seen = np.zeros(cells, dtype=bool)
+    seen[flat] = True
+    if flat.size != cells or not seen.all():  # some cell empty or filled twice
+        counts = np.bincount(flat, minlength=cells)
+        if (counts > 1).any():
+            raise ModelError(f"ops recorded twice: {_cells(graph, steps, shape, counts > 1)}")
         raise ModelError(f"ops missing: {_cells(graph, steps, shape, counts == 0)}")
+    del seen
     start = np.empty(shape)
     duration = np.empty(shape)
-    start.reshape(-1)[flat] = trace.start_ts
-    duration.reshape(-1)[flat] = trace.duration
+    start.reshape(-1)[flat] = trace.start_ts[keep]
+    duration.reshape(-1)[flat] = trace.duration[keep]
     # times from the step's first start
     start -= start.min() if steps.size == 1 else start.min(axis=(0, 2), keepdims=True)
     return OpTimes(steps=steps, start_NSD=start, duration_NSD=duration)
 
 
+def _step_index(step: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The distinct steps, ascending, and each record's index among them; None for the
+    index when the steps are consecutive (it is then ``step - first step``)."""
+    first, last = int(step.min()), int(step.max())
+    if last - first > 4 * step.size:  # sparse step numbers: sort
+        steps, index = np.unique(step.astype(np.int64), return_inverse=True)
+        return steps, index.reshape(-1)
+    present = np.zeros(last - first + 1, dtype=bool)
+    present[step - first] = True
+    steps = np.flatnonzero(present) + first
+    if steps.size == present.size:
+        return steps, None
+    return steps, (np.cumsum(present) - 1)[step - first]
+
+
 def _nodes(graph: OpGraph, trace: Trace) -> np.ndarray:
     """Node of each record: -1 not in the model, -2 a no-op record (ignored)."""
     table = graph.lookup
+    _, seqs, stages = table.shape
     seq = trace.seq_id
-    inside = (seq >= 0) & (seq < table.shape[1])
-    node = table[trace.optype, np.where(inside, seq, 0), trace.stage]
-    node[~inside] = -1
+    inside = None
+    if seq.size and (seq.min() < 0 or seq.max() >= seqs):
+        inside = (seq >= 0) & (seq < seqs)
+        seq = np.where(inside, seq, 0)
+    # flat index into the table, made in place (faster than indexing with three arrays)
+    cell = trace.optype.astype(np.int64)
+    cell *= seqs
+    cell += seq
+    cell *= stages
+    cell += trace.stage
+    node = table.reshape(-1).take(cell)
+    del cell
+    if inside is not None:
+        node[~inside] = -1
     return node
 
 
@@ -83,6 +123,8 @@ def _check_ranges(graph: OpGraph, trace: Trace) -> None:
         (trace.dp_rank, graph.dp_size, "dp_rank"),
         (trace.stage, graph.pp_size, "stage"),
     ):
+        if column.size and column.min() >= 0 and column.max() < size:
+            continue
         bad = (column < 0) | (column >= size)
         if bad.any():
             raise ModelError(

@@ -11,7 +11,7 @@ Legend: N ops, S steps, D DP ranks, P stages, X scenarios, G groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +23,7 @@ from rankwatch.sim.errors import ModelError
 from rankwatch.sim.graph import OpGraph
 from rankwatch.sim.ideal import IdealCosts, ideal_costs
 from rankwatch.sim.inference import infer_graph
-from rankwatch.sim.scenarios import masked_costs, one_rank_real, recorded_costs
+from rankwatch.sim.scenarios import Costs, masked_costs, one_rank_real, recorded_costs
 from rankwatch.sim.simulate import simulate
 from rankwatch.sim.trace import JobMeta, Trace
 from rankwatch.sim.workspace import Workspace
@@ -34,8 +34,13 @@ TOP_WORKER_SHARE = 0.03
 WORTH_ATTRIBUTING = 1.03
 """Below this slowdown the attributions are mostly noise (docs/whatif.md, "The figures")."""
 
-_MAX_CELLS = 1 << 24
-"""Scenarios are simulated in chunks of at most this many (op, lane) cells (memory)."""
+_MAX_CHUNK_BYTES = 1 << 24
+"""A simulation pass runs a chunk of scenarios and steps at a time: the chunk's time
+table, and its share of the costs per (op, step, rank), take at most this many bytes
+(16 MiB), so an analysis's scratch memory does not grow with the trace (one step of a
+job too large for it is one chunk). Larger chunks save little time: a pass costs about
+1.7 ms per chunk plus 1.3-3.5 ns per (op, lane) cell (benchmarks/README.md, "Offline
+analysis of a 1,024-worker job")."""
 
 DIMENSIONS = ("optype", "dp_rank", "stage")
 
@@ -154,7 +159,7 @@ def analyse_step(
 
 def measure_trace(graph: OpGraph, trace: Trace) -> Measured:
     """Costs and launch delays of the trace's ops under ``graph``."""
-    return measure(graph, align(graph, trace))
+    return measure(graph, align(graph, trace), in_place=True)
 
 
 def analyse_measured(
@@ -167,21 +172,32 @@ def analyse_measured(
 
     ``workspace``: scratch memory reused between calls (results do not depend on it).
     """
-    work = workspace or Workspace()
     ideal_N = ideal.per_node(graph)
     if np.isnan(ideal_N).any():
         missing = sorted({OPTYPES[c] for c in graph.optype[np.isnan(ideal_N)].tolist()})
         raise ModelError(f"no ideal cost for op type(s): {', '.join(missing)}")
-    cost = measured.cost_NSD
+    exact = measured.exact_cost_NSD
     groups = _groups(graph)
     masks = np.concatenate([np.zeros((graph.size, 1), bool), *groups.values()], axis=1)
-    t_XS = _simulate_chunked(graph, cost, ideal_N, masks, work)  # ideal, then groups real
-    t_dp = simulate(graph, one_rank_real(graph, cost, ideal_N), workspace=work, tag="rank.")
+    t_XS = _simulate_chunked(  # ideal, then each group real
+        graph,
+        (masks.shape[1], exact.shape[1], exact.shape[2]),
+        lambda steps: masked_costs(graph, _clamped(exact, steps), ideal_N, masks),
+        workspace,
+        "groups.",
+    )
+    t_dp = _simulate_chunked(  # DP rank x real, the others ideal
+        graph,
+        (graph.dp_size, exact.shape[1], 1 if graph.dp_size == 1 else 2),
+        lambda steps: one_rank_real(graph, _clamped(exact, steps), ideal_N),
+        workspace,
+        "rank.",
+    )
     attribution = _attribution(graph, groups, t_XS[1:], t_dp)
     ideal_S = t_XS[0].astype(np.float64)
     worker = _worker_scores(attribution, ideal_S, graph)
     top = _top_workers(worker)
-    replay, simulated, *fixed = _recorded(graph, measured, ideal_N, top, work)
+    replay, simulated, *fixed = _recorded(graph, measured, ideal_N, top, workspace)
     return Analysis(
         steps=measured.steps,
         dp_size=graph.dp_size,
@@ -204,13 +220,34 @@ def _recorded(
     measured: Measured,
     ideal_N: np.ndarray,
     top: tuple[tuple[int, int], ...],
-    work: Workspace,
+    workspace: Workspace | None,
 ) -> np.ndarray:
     """Float64 step times ``(4, S)``: the replay (recorded costs and launch delays, not
     clamped), T (launch delays 0), T with the top workers fixed, with the last stage fixed."""
-    costs = recorded_costs(graph, measured.exact_cost_NSD, measured.cost_NSD, ideal_N, top)
-    delay = measured.exact_delay_NSD[graph.plan_nodes]
-    return simulate(graph, costs, delay, delayed=1, workspace=work, tag="recorded.")
+    exact = measured.exact_cost_NSD
+
+    def costs(steps: slice) -> Costs:
+        chunk = exact[:, steps]
+        return recorded_costs(graph, chunk, _clamped(exact, steps), ideal_N, top)
+
+    def delay(steps: slice) -> np.ndarray:
+        return measured.exact_delay_NSD[:, steps][graph.plan_nodes]
+
+    return _simulate_chunked(  # arrays: exact, clamped, with workers fixed, 4 blocks, delay
+        graph,
+        (4, exact.shape[1], graph.dp_size),
+        costs,
+        workspace,
+        "recorded.",
+        delay,
+        np.float64,
+        arrays=8,
+    )
+
+
+def _clamped(cost_NSD: np.ndarray, steps: slice) -> np.ndarray:
+    """Costs of some steps clamped at 0 (``Measured.cost_NSD``, a chunk at a time)."""
+    return np.maximum(cost_NSD[:, steps], 0.0)
 
 
 def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
@@ -226,21 +263,50 @@ def _groups(graph: OpGraph) -> dict[tuple[str, str], np.ndarray]:
 
 
 def _simulate_chunked(
-    graph: OpGraph, cost: np.ndarray, ideal_N: np.ndarray, masks: np.ndarray, work: Workspace
+    graph: OpGraph,
+    lanes: tuple[int, int, int],
+    costs: Callable[[slice], Costs],
+    workspace: Workspace | None,
+    tag: str,
+    delay: Callable[[slice], np.ndarray] | None = None,
+    dtype: type = np.float32,
+    arrays: int = 3,
 ) -> np.ndarray:
-    """Step times ``(X, S)`` of the masked scenarios, a memory-bounded chunk at a time."""
-    per_scenario = graph.size * cost.shape[1] * cost.shape[2]
-    chunk = max(1, _MAX_CELLS // max(per_scenario, 1))
-    parts = [
-        simulate(
-            graph,
-            masked_costs(graph, cost, ideal_N, masks[:, first : first + chunk]),
-            workspace=work,
-            tag="groups.",
-        )
-        for first in range(0, masks.shape[1], chunk)
-    ]
-    return np.concatenate(parts)
+    """Step times ``(X, S)`` of X scenarios, a memory-bounded chunk at a time.
+
+    ``lanes``: (X, S, D'); ``costs(steps)``: the costs of all scenarios on a slice of
+    the steps, which take about ``arrays`` float64 arrays ``(N, steps, D)`` to make and
+    hold; ``delay(steps)``: their launch delays in plan order, added on scenario 0, or
+    None. Without a ``workspace``, the pass's tables are freed when it ends.
+    """
+    count, steps, width = lanes
+    itemsize = np.dtype(dtype).itemsize
+    table_bytes = graph.size * width * itemsize  # one scenario on one step
+    cost_bytes = graph.size * graph.dp_size * 8 * arrays  # the costs of one step
+    per_chunk = _even(steps, _MAX_CHUNK_BYTES // max(table_bytes, cost_bytes))
+    scenarios = _even(count, _MAX_CHUNK_BYTES // (per_chunk * table_bytes))
+    work = workspace or Workspace()
+    out: np.ndarray = np.empty((count, steps), dtype=dtype)
+    for first_step in range(0, steps, per_chunk):
+        some = slice(first_step, min(steps, first_step + per_chunk))
+        table = costs(some)
+        late = None if delay is None else delay(some)
+        for first in range(0, count, scenarios):
+            which = slice(first, min(count, first + scenarios))
+            out[which, some] = simulate(
+                graph,
+                table.scenarios(which),
+                late if first == 0 else None,
+                workspace=work,
+                tag=tag,
+            )
+    return out
+
+
+def _even(total: int, most: int) -> int:
+    """Chunk size for ``total`` items, at most ``most`` (at least 1), chunks near equal."""
+    chunks = -(-total // max(1, most))
+    return max(1, -(-total // max(1, chunks)))
 
 
 def _attribution(

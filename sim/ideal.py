@@ -51,7 +51,8 @@ def summarise(graph: OpGraph, measured: Measured) -> StepSummary:
     k = len(OPTYPES)
     count, total, median = np.zeros(k), np.zeros(k), np.full(k, np.nan)
     for code in np.unique(graph.optype).tolist():
-        values = measured.cost_NSD[graph.optype == code]
+        # clamped here, one op type at a time: no clamped copy of the whole table
+        values = np.maximum(measured.exact_cost_NSD[graph.optype == code], 0.0)
         count[code] = values.size
         total[code] = values.sum()
         median[code] = np.median(values)

@@ -319,9 +319,9 @@ class _Builder:
             pp_size=self.meta.pp_size,
             vpp_size=self.meta.vpp_size,
             optype=optype.copy(),
-            seq_id=t.seq_id[rows].copy(),
-            stage=t.stage[rows].copy(),
-            mb_id=t.mb_id[rows].copy(),
+            seq_id=t.seq_id[rows].astype(np.int64),  # int64 whatever the trace holds
+            stage=t.stage[rows].astype(np.int64),
+            mb_id=t.mb_id[rows].astype(np.int64),
             dep_ptr=dep_ptr,
             dep_idx=dep_idx,
             member_ptr=member_ptr,

@@ -33,6 +33,11 @@ class Costs:
         picked = self.blocks_BF.take(self.pick_RX[begin:end], axis=0, mode="clip")
         return picked.reshape(end - begin, *self.lanes)
 
+    def scenarios(self, which: slice) -> Costs:
+        """The same costs on scenarios ``which`` only (the blocks are shared, not copied)."""
+        pick = np.ascontiguousarray(self.pick_RX[:, which])
+        return Costs(blocks_BF=self.blocks_BF, pick_RX=pick, lanes=(pick.shape[1], *self.lanes[1:]))
+
 
 def choose(
     graph: OpGraph,
@@ -49,10 +54,14 @@ def choose(
     s, d = next(c.shape[1:] for c in candidates if c.ndim == 3)
     blocks = np.empty((len(candidates) * r, s * d), dtype=dtype)
     for k, cand in enumerate(candidates):
-        values = cand[rows]
-        blocks[k * r : (k + 1) * r] = (
-            values.reshape(r, s * d) if values.ndim == 3 else values[:, None]
-        )
+        block = blocks[k * r : (k + 1) * r]
+        if cand.ndim == 3:  # cast, then gather straight into the block: one temporary
+            values: np.ndarray = np.ascontiguousarray(cand, dtype=dtype).reshape(
+                cand.shape[0], s * d
+            )
+            values.take(rows, axis=0, out=block, mode="clip")
+        else:
+            block[:] = cand[rows][:, None]
     pick = pick_NX[rows] * r + np.arange(r)[:, None]
     return Costs(blocks_BF=blocks, pick_RX=pick, lanes=(pick_NX.shape[1], s, d))
 
@@ -75,13 +84,17 @@ def one_rank_real(
     """
     rows = graph.plan_nodes
     r, s, d = cost_NSD.shape
-    real = cost_NSD[rows].astype(dtype).transpose(0, 2, 1)[..., None]  # (R, D, S, 1)
     width = 1 if d == 1 else 2
+    blocks: np.ndarray = np.empty(
+        (r, d, s, width), dtype=dtype
+    )  # (R, D, S, lane): rank x, the others
+    real = np.asarray(cost_NSD, dtype=dtype)[rows]  # (R, S, D)
+    blocks[..., 0] = real.transpose(0, 2, 1)
+    del real
     if width == 2:
-        ideal = np.broadcast_to(ideal_N[rows].astype(dtype)[:, None, None, None], real.shape)
-        real = np.concatenate([real, ideal], axis=-1)
+        blocks[..., 1] = ideal_N[rows].astype(dtype)[:, None, None]
     pick = np.arange(r * d).reshape(r, d)
-    return Costs(blocks_BF=real.reshape(r * d, s * width), pick_RX=pick, lanes=(d, s, width))
+    return Costs(blocks_BF=blocks.reshape(r * d, s * width), pick_RX=pick, lanes=(d, s, width))
 
 
 def recorded_costs(

@@ -41,7 +41,10 @@ def simulate(
     """
     n, lanes, dtype = graph.size, costs.lanes, costs.blocks_BF.dtype
     work = workspace or Workspace()
-    start = work.empty(f"{tag}start", (n, *lanes), dtype)  # read for communication ops only
+    # A communication op's start is read only by its own level's group ends: one level's
+    # worth of rows, not a table like ``end`` (which later levels read from any row).
+    comm_rows = max((lv.end - lv.compute_end for lv in graph.levels), default=0)
+    start = work.empty(f"{tag}start", (comm_rows, *lanes), dtype)
     end = work.empty(f"{tag}end", (n + 1, *lanes), dtype)
     end[n] = 0.0  # the step start
     for lv in graph.levels:
@@ -54,14 +57,14 @@ def simulate(
                 done[:, :delayed] += delay_RSD[begin:mid, None]
             done += costs.rows(begin, mid)
         if stop > mid:
-            first = start[mid:stop]
+            first = start[: stop - mid]  # row r of the level is start[r - mid]
             _latest(end, lv.comm_deps, first)
             if delay_RSD is not None:
                 first[:, :delayed] += delay_RSD[mid:stop, None]
         for first_row, last_row, k in lv.local_runs:
-            _group_end(start, end, costs, first_row, last_row, k, dp_wide=False)
+            _group_end(start, end, costs, first_row, last_row, k, mid, dp_wide=False)
         for first_row, last_row, k in lv.wide_runs:
-            _group_end(start, end, costs, first_row, last_row, k, dp_wide=True)
+            _group_end(start, end, costs, first_row, last_row, k, mid, dp_wide=True)
     return end[graph.final_rows].max(axis=(0, 3))
 
 
@@ -72,13 +75,15 @@ def _group_end(
     first: int,
     last: int,
     k: int,
+    offset: int,
     *,
     dp_wide: bool,
 ) -> None:
     """End of communication ops in groups of ``k`` consecutive rows: the group's latest
-    start (over DP ranks too when ``dp_wide``) plus each op's transfer duration."""
+    start (over DP ranks too when ``dp_wide``) plus each op's transfer duration.
+    ``start`` holds the level's communication rows from plan row ``offset`` on."""
     lanes = start.shape[1:]
-    members = start[first:last].reshape(-1, k, *lanes)
+    members = start[first - offset : last - offset].reshape(-1, k, *lanes)
     ready = members[:, 0]
     for j in range(1, k):  # elementwise maxima: faster than a reduction over a short axis
         ready = np.maximum(ready, members[:, j])

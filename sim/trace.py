@@ -28,17 +28,22 @@ TRACE_COLUMNS: frozenset[str] = frozenset((*_INT_COLUMNS, *_FLOAT_COLUMNS, "opty
 
 @dataclass(frozen=True)
 class Trace:
-    """Columns of equal length. ``optype`` holds codes into ``OPTYPES``."""
+    """Columns of equal length. ``optype`` holds codes into ``OPTYPES``.
 
-    dp_rank: np.ndarray  # int64
-    stage: np.ndarray  # int64
-    rank: np.ndarray  # int64
-    step: np.ndarray  # int64
+    Integer columns are int64 or int32 (:func:`rankwatch.traceio.read_trace` narrows
+    those but ``step`` to int32 where the values fit: 28 bytes per op less). Code
+    that multiplies them must widen first (numpy keeps int32 and wraps around).
+    """
+
+    dp_rank: np.ndarray  # int64 or int32
+    stage: np.ndarray  # int64 or int32
+    rank: np.ndarray  # int64 or int32
+    step: np.ndarray  # int64 (or int32 when built so)
     optype: np.ndarray  # int8 codes into OPTYPES
-    seq_id: np.ndarray  # int64
-    mc: np.ndarray  # int64, -1 where not a compute op
-    gmc: np.ndarray  # int64, -1 where not a compute op
-    mb_id: np.ndarray  # int64, -1 where not a compute op
+    seq_id: np.ndarray  # int64 or int32
+    mc: np.ndarray  # int64 or int32, -1 where not a compute op
+    gmc: np.ndarray  # int64 or int32, -1 where not a compute op
+    mb_id: np.ndarray  # int64 or int32, -1 where not a compute op
     start_ts: np.ndarray  # float64 seconds from step start
     duration: np.ndarray  # float64 seconds
 
@@ -64,6 +69,7 @@ class Trace:
     def from_columns(cls, columns: Mapping[str, object]) -> Trace:
         """Build from any mapping of array-likes; op types may be names or codes.
 
+        Integer columns stay int32 when given as int32, else become int64.
         Raises :class:`TraceError` naming the missing column or unknown op types.
         """
         missing = [c for c in (*_INT_COLUMNS, *_FLOAT_COLUMNS, "optype") if c not in columns]
@@ -71,7 +77,8 @@ class Trace:
             raise TraceError(f"trace lacks column(s): {', '.join(missing)}")
         data: dict[str, np.ndarray] = {}
         for name in _INT_COLUMNS:
-            data[name] = np.asarray(columns[name]).astype(np.int64, copy=False)
+            raw = np.asarray(columns[name])
+            data[name] = raw if raw.dtype == np.int32 else raw.astype(np.int64, copy=False)
         for name in _FLOAT_COLUMNS:
             data[name] = np.asarray(columns[name]).astype(np.float64, copy=False)
         data["optype"] = _optype_codes(np.asarray(columns["optype"]))

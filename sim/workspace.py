@@ -9,11 +9,14 @@ results never depend on it, only the time does.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
 class Workspace:
-    """Named scratch arrays: one per name, reallocated only when its shape or dtype changes.
+    """Named scratch arrays: one buffer per name, reallocated only when a call needs more
+    room than it has or another dtype (a smaller call gets a view of the same buffer).
 
     Not thread-safe: one per thread. The memory held is bounded by the largest call.
     """
@@ -23,11 +26,13 @@ class Workspace:
 
     def empty(self, name: str, shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
         """An array of that shape and dtype with undefined contents (like ``np.empty``)."""
-        array = self._arrays.get(name)
-        if array is None or array.shape != shape or array.dtype != np.dtype(dtype):
-            array = np.empty(shape, dtype=dtype)
-            self._arrays[name] = array
-        return array
+        size = math.prod(shape)
+        buffer = self._arrays.get(name)
+        if buffer is None or buffer.size < size or buffer.dtype != np.dtype(dtype):
+            self._arrays.pop(name, None)  # freed before its successor is made
+            buffer = np.empty(size, dtype=dtype)
+            self._arrays[name] = buffer
+        return buffer[:size].reshape(shape)
 
     @property
     def nbytes(self) -> int:

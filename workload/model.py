@@ -47,7 +47,12 @@ class StageModule(nn.Module):
         self.extra_matmuls = 0
         self.on_forward: Callable[[], None] | None = None
         """Called at the start of each forward (the GC fault of the slowdown study)."""
-        self.register_buffer("_straggler", torch.randn(STRAGGLER_DIM, STRAGGLER_DIM) * 0.01)
+        # orthogonal, so that a chain of products keeps its magnitude: a matrix scaled
+        # down (0.01 * randn) drove the chain into subnormal floats after ~40 products,
+        # which cost 25x more per matmul on Intel CPUs (microcode assists) and made the
+        # "100 matmuls" straggler 20x slower there than on AMD
+        straggler, _ = torch.linalg.qr(torch.randn(STRAGGLER_DIM, STRAGGLER_DIM))
+        self.register_buffer("_straggler", straggler)
 
     def forward(self, x_BSH: torch.Tensor) -> torch.Tensor:
         if self.on_forward is not None:

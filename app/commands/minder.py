@@ -51,6 +51,14 @@ def register(subparsers: Any) -> None:
         help="hold out each server in turn (settings chosen on the others), pool the results",
     )
     evaluate.add_argument(
+        "--fa-budget",
+        type=float,
+        metavar="PER_MACHINE_DAY",
+        help="with --holdout/--rotate: pick each detector's settings by the labelled segments "
+        "they find on the development servers, among those raising at most this many false "
+        "alarms per machine-day there (default: by window F1)",
+    )
+    evaluate.add_argument(
         "--minutes-per-point", type=float, default=5.0, help="sampling step (ASD: 5 minutes)"
     )
     detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
@@ -144,6 +152,10 @@ def _eval(args: argparse.Namespace) -> int:
         raise UserError("--holdout and --rotate exclude each other")
     if args.holdout or args.rotate:
         return _holdout(args, cfg)
+    if args.fa_budget is not None:
+        raise UserError(
+            "--fa-budget picks settings on development servers: add --holdout or --rotate"
+        )
     try:
         out = evaluate_dir(args.dir, cfg)
     except GroupFileError as exc:
@@ -170,9 +182,9 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
     held = [s.strip() for s in args.holdout.split(",") if s.strip()]
     try:
         if args.rotate:
-            out = rotation_dir(args.dir, cfg, args.minutes_per_point)
+            out = rotation_dir(args.dir, cfg, args.minutes_per_point, args.fa_budget)
         else:
-            out = holdout_dir(args.dir, held, cfg, args.minutes_per_point)
+            out = holdout_dir(args.dir, held, cfg, args.minutes_per_point, args.fa_budget)
     except GroupFileError as exc:
         raise UserError(str(exc)) from exc
     if args.format == "json":
@@ -181,6 +193,11 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
     print(f"held out: {', '.join(out['held_out_servers'])} (settings chosen on the others)")
     if args.rotate:
         print("(each in turn; the held-out results of the folds pooled)")
+    if args.fa_budget is not None:
+        print(
+            "settings: most segments found on the development servers with at most "
+            f"{args.fa_budget:g} false alarms per machine-day there"
+        )
     for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         r = out[name]["held_out"]
         print(

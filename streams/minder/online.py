@@ -43,6 +43,13 @@ NS = 1_000_000_000
 # Below these levels a metric counts as idle: its bound never drops under them, so
 # that the noise of an idle metric is not stretched to fill [0, 1].
 IDLE_LEVELS = (
+    # A process that shares its core with one CPU-bound neighbour is preempted once per
+    # scheduler slice (about 3 ms: CFS's minimum granularity on 8+ CPUs, EEVDF's base
+    # slice), some 300 times a second. Far below that, preemptions are the box's
+    # background (an interrupt, a kernel thread, a neighbour waking) and say nothing
+    # about the machine: a healthy rank preempted a few times a second more than its
+    # peers once raised a false alarm here (docs/minder.md, "Idle levels").
+    (re.compile(r"switches_ps$"), 300.0),
     (re.compile(r"(util|wait|iowait|_pct)$"), 10.0),  # percent
     (re.compile(r"_Bps$"), 1e5),  # bytes per second
     (re.compile(r"_ps$|_pps$"), 10.0),  # events per second

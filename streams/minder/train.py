@@ -143,7 +143,11 @@ def evaluate_dir(directory: Path, train: TrainConfig, detector: Any = None) -> d
 
 
 def holdout_dir(
-    directory: Path, held_out: list[str], train: TrainConfig, minutes_per_point: float
+    directory: Path,
+    held_out: list[str],
+    train: TrainConfig,
+    minutes_per_point: float,
+    fa_budget: float | None = None,
 ) -> dict[str, Any]:
     """Train on every server's train split, pick settings on the servers not in
     ``held_out`` and score the held-out ones (``rankwatch.streams.minder.holdout``)."""
@@ -162,17 +166,21 @@ def holdout_dir(
     dev = [i for i in range(len(names)) if i not in held]
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
     model = train_model(group.train_MTK, group.metrics, train)
-    out = holdout_study(group, model, config, dev, held, 24 * 60 / minutes_per_point)
+    ppd = 24 * 60 / minutes_per_point
+    out = holdout_study(group, model, config, dev, held, ppd, fa_budget)
     for result in out.values():
         for seg in result.get("held_out_segments", []) if isinstance(result, dict) else []:
             seg["server"] = names[seg["server"]]
     out["development_servers"] = [names[i] for i in dev]
     out["held_out_servers"] = list(held_out)
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
+    out["selection"] = _selection(fa_budget)
     return out
 
 
-def rotation_dir(directory: Path, train: TrainConfig, minutes_per_point: float) -> dict[str, Any]:
+def rotation_dir(
+    directory: Path, train: TrainConfig, minutes_per_point: float, fa_budget: float | None = None
+) -> dict[str, Any]:
     """Train on every server's train split, hold out each server in turn and pool
     (``rankwatch.streams.minder.holdout.rotation_study``)."""
     from rankwatch.streams.minder.detector import MinderConfig
@@ -182,10 +190,18 @@ def rotation_dir(directory: Path, train: TrainConfig, minutes_per_point: float) 
     group, names = load_group(directory)
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
     model = train_model(group.train_MTK, group.metrics, train)
-    out = rotation_study(group, model, config, 24 * 60 / minutes_per_point)
+    out = rotation_study(group, model, config, 24 * 60 / minutes_per_point, fa_budget)
     for result in out.values():
         for seg in result["held_out_segments"]:
             seg["server"] = names[seg["server"]]
     out["held_out_servers"] = names
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}
+    out["selection"] = _selection(fa_budget)
     return out
+
+
+def _selection(fa_budget: float | None) -> dict[str, Any]:
+    """How the settings were picked on the development servers (the output says so)."""
+    if fa_budget is None:
+        return {"by": "window_f1"}
+    return {"by": "segments_within_false_alarm_budget", "false_alarms_per_machine_day": fa_budget}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.publisher import PublisherConfig
+from rankwatch.hooks.session import HooksConfig, init, shutdown
 from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.transports import SinkTransport
@@ -192,3 +194,43 @@ def test_a_restarted_rank_resends_its_predecessors_spool(tmp_path: Path) -> None
     stats = rw.close()
     assert stats.resent == 1 and stats.in_spool == 0
     assert [b.steps_done for b in up.batches()] == [((0, 1),)]
+
+
+def test_a_rank_that_does_not_send_ops_still_beats_and_accounts_for_every_record() -> None:
+    wire = Wire()
+    ticks = itertools.count(1_000, 1_000)
+    rw = RankWatch(
+        IDENT,
+        SinkTransport(wire.deliver),
+        clock=Clock(read=lambda: next(ticks), wall=lambda: 10**18),
+        publisher=PublisherConfig(heartbeat_s=0.0, send_ops=False),
+        start=False,
+    )
+    run_steps(rw, range(3))
+    rw.publisher.step_once(now=1.0)
+    assert wire.batches() == []
+    assert [k for k, _ in wire.messages] == ["heartbeats"]
+    stats = rw.close()
+    assert stats.withheld == stats.put == 9 and stats.sent == 0 and stats.accounted()
+
+
+@pytest.mark.parametrize(
+    ("tp_rank", "cp_rank", "sends"), [(0, 0, True), (1, 0, False), (0, 1, False)]
+)
+def test_ops_from_tp0_keeps_only_the_tp_and_cp_rank_0(
+    tp_rank: int, cp_rank: int, sends: bool
+) -> None:
+    wire = Wire()
+    config = HooksConfig.from_env({"RANKWATCH_OPS_FROM": "TP0"}, kafka="")
+    assert config.ops_from == "tp0"
+    rw = init(config, replace(IDENT, tp_rank=tp_rank, cp_rank=cp_rank), sink=wire.deliver)
+    assert rw is not None
+    run_steps(rw, range(2))
+    shutdown()
+    assert len(wire.batches()) == (2 if sends else 0)
+    assert HooksConfig.from_env({}).sends_ops(replace(IDENT, tp_rank=3))  # default: all
+
+
+def test_an_unknown_ops_from_is_refused() -> None:
+    with pytest.raises(ValueError, match="ops_from"):
+        HooksConfig.from_env({"RANKWATCH_OPS_FROM": "tp1"})

@@ -74,3 +74,13 @@ def test_rotate_holds_out_each_server_in_turn(
     assert [(s["server"], s["first"], s["last"]) for s in segment] == [("omi-3", 80, 129)]
     assert main([*args, "--holdout", "omi-1"]) == 2
     assert "exclude each other" in capsys.readouterr().err
+    assert main([*args, "--fa-budget", "1", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["selection"] == {
+        "by": "segments_within_false_alarm_budget",
+        "false_alarms_per_machine_day": 1.0,
+    }
+    assert "dev_segments_detected" not in out["baseline"]  # rotation reports per fold
+    plain = ["minder", "eval", str(group), "--fa-budget", "1", "--epochs", "1"]
+    assert main(plain) == 2
+    assert "add --holdout or --rotate" in capsys.readouterr().err

@@ -125,3 +125,28 @@ def test_a_short_gap_is_bridged_and_a_long_one_sits_out() -> None:
     all_ends, host2 = windows_of(scores, "host0"), windows_of(scores, "host2")
     touched = [e for e in all_ends if e - 30 < 320 and e > 300]
     assert touched and set(host2) == set(all_ends) - set(touched)
+
+
+def _switch_alerts(busy_rate: float, peer_rate: float) -> list[tuple[str, str]]:
+    """Six hosts for 300 s reporting only involuntary context switches per second;
+    host 5 at ``busy_rate`` from the start, the others at ``peer_rate`` (Poisson)."""
+    rng = np.random.default_rng(7)
+    monitor = JobMonitor("job", CONFIG)
+    alerts = []
+    for s in range(300):
+        for h in range(6):
+            rate = busy_rate if h == 5 else peer_rate
+            monitor.add(f"host{h}", T0 + s * NS, {"involuntary_switches_ps": rng.poisson(rate)})
+        alerts += monitor.evaluate().alerts
+    return [(a["state"], a["evidence"]["host"]) for a in alerts]
+
+
+def test_a_few_preemptions_more_than_the_peers_are_background() -> None:
+    """The false alarm CI once raised: a healthy rank preempted once per 60 ms step
+    (16/s) while its peers were preempted about once a second."""
+    assert _switch_alerts(busy_rate=16, peer_rate=1) == []
+
+
+def test_a_rank_on_a_contended_core_is_named() -> None:
+    """Preempted at every scheduler slice (~300/s) while its peers are not."""
+    assert _switch_alerts(busy_rate=300, peer_rate=20)[:1] == [("firing", "host5")]

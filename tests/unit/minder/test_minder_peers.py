@@ -10,7 +10,7 @@ import pytest
 from rankwatch.streams.minder import MinderConfig, MinderModel, detect
 from rankwatch.streams.minder.detector import decide, fit_peer_scales, metric_scores
 from rankwatch.streams.minder.evaluation import alarm_episodes, event_scores, segment_outcomes
-from rankwatch.streams.minder.holdout import holdout_study
+from rankwatch.streams.minder.holdout import Choice, Context, _best, holdout_study
 from rankwatch.streams.minder.peers import fit_peer_scale, peer_deviation, peer_scores
 from rankwatch.streams.minder.serial import model_from_arrays, model_to_arrays
 from rankwatch.streams.minder.similarity import window_starts
@@ -84,7 +84,8 @@ def test_event_scores_count_segments_delays_and_false_alarms() -> None:
     assert out["detect_minutes_median"] == 25 and out["false_alarms_per_machine_day"] == 0.5
 
 
-def test_holdout_never_reads_the_held_out_labels_before_scoring() -> None:
+@pytest.mark.parametrize("fa_budget", [None, 1.0])
+def test_holdout_never_reads_the_held_out_labels_before_scoring(fa_budget: float | None) -> None:
     rng = np.random.default_rng(4)
     x = machines(m=6, t=900, k=3)
     labels = np.zeros((6, 300), dtype=np.uint8)
@@ -96,12 +97,20 @@ def test_holdout_never_reads_the_held_out_labels_before_scoring() -> None:
     group = group_from_arrays([(x[s, :600], x[s, 600:], labels[s]) for s in range(6)])
     config = MinderConfig(window=8, stride=4, denoise=False)
     model = MinderModel(metrics=group.metrics)
-    out = holdout_study(group, model, config, dev=[0, 1, 2, 3], held=[4, 5], points_per_day=288)
+    out = holdout_study(
+        group, model, config, dev=[0, 1, 2, 3], held=[4, 5], points_per_day=288, fa_budget=fa_budget
+    )
     scrambled = group_from_arrays(
         [(x[s, :600], x[s, 600:], labels[s] if s < 4 else labels[0]) for s in range(6)]
     )
     again = holdout_study(
-        scrambled, model, config, dev=[0, 1, 2, 3], held=[4, 5], points_per_day=288
+        scrambled,
+        model,
+        config,
+        dev=[0, 1, 2, 3],
+        held=[4, 5],
+        points_per_day=288,
+        fa_budget=fa_budget,
     )
     for name in ("minder", "minder_peer", "minder_fused", "baseline"):
         assert out[name]["chosen"] == again[name]["chosen"]  # chosen without servers 4, 5
@@ -122,3 +131,40 @@ def test_segment_outcomes_name_each_segment_and_its_delay() -> None:
     out = segment_outcomes(pred, labels, starts, 8, np.array([0, 1]))
     assert out == [(0, 5, 8, 6), (0, 30, 32, None), (1, 0, 19, 7)]
     assert segment_outcomes(pred, labels, starts, 8, np.array([1])) == [(1, 0, 19, 7)]
+
+
+def _two_settings() -> tuple[Context, list[tuple[Choice, np.ndarray]]]:
+    """Two development servers of 1 day (288 points, 71 windows of 8, stride 4), one
+    labelled segment each. "eager" finds both segments and raises 3 false alarms;
+    "quiet" finds one segment and raises none."""
+    labels = np.zeros((2, 288), dtype=np.uint8)
+    labels[0, 40:60] = 1
+    labels[1, 200:220] = 1
+    x = np.zeros((2, 288, 1))
+    group = group_from_arrays([(x[s], x[s], labels[s]) for s in range(2)])
+    starts = window_starts(288, 8, 4)
+    ctx = Context(group, starts, 8, np.array([0, 1]), np.zeros(0, dtype=np.int64), 288.0)
+    eager = np.zeros((starts.size, 2), dtype=bool)
+    eager[10, 0] = eager[50, 1] = True  # windows [40, 48) and [200, 208): both segments
+    eager[[25, 35], 0] = eager[65, 1] = True  # three alarms on unlabelled points
+    quiet = np.zeros_like(eager)
+    quiet[11, 0] = True  # [44, 52): the first segment only
+    return ctx, [(Choice("x", 0.9, 1), eager), (Choice("x", 0.99, 1), quiet)]
+
+
+def test_a_false_alarm_budget_picks_the_most_segments_it_allows() -> None:
+    ctx, settings = _two_settings()
+    by_f1 = _best(ctx, iter(settings))
+    tight = _best(replace(ctx, fa_budget=0.5), iter(settings))  # 3 alarms in 2 days: 1.5/day
+    loose = _best(replace(ctx, fa_budget=2.0), iter(settings))
+    assert (tight[0].quantile, tight[1]) == (0.99, 1.0)  # one segment, within budget
+    assert (loose[0].quantile, loose[1]) == (0.9, 2.0)  # both segments, 1.5/day allowed
+    assert by_f1[0].quantile == 0.9 and by_f1[1] == pytest.approx(ctx.dev_f1(settings[0][1]))
+
+
+def test_when_no_setting_fits_the_budget_the_quietest_is_taken() -> None:
+    ctx, settings = _two_settings()
+    noisy = settings[1][1].copy()
+    noisy[[30, 40], 1] = True  # two false alarms: 1/day, above a budget of 0.1
+    chosen = _best(replace(ctx, fa_budget=0.1), iter([settings[0], (settings[1][0], noisy)]))
+    assert chosen[0].quantile == 0.99
