@@ -44,7 +44,7 @@ integration: install kafka-fetch
 # cannot rot unnoticed.
 WHEEL_TREE := build/wheel-tree
 wheel-check: install
-	rm -rf build/wheel $(WHEEL_TREE)
+	rm -rf build/wheel build/lib $(WHEEL_TREE)  # build/lib: modules of earlier builds
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir build/wheel .
 	$(PY) -m zipfile -e build/wheel/rankwatch-*.whl $(WHEEL_TREE)
 	PYTHONPATH=$(WHEEL_TREE) RANKWATCH_EXPECT_WHEEL=$(WHEEL_TREE) \

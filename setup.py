@@ -13,6 +13,8 @@ from setuptools import find_packages, setup
 FOLDERS = {
     "rankwatch": "app",
     "rankwatch.hooks": "hooks",
+    "rankwatch.agent": "agent",
+    "rankwatch.workload": "workload",
     "rankwatch.schemas": "schemas",
     "rankwatch.sim": "sim",
     "rankwatch.streams": "streams",

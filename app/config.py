@@ -34,11 +34,11 @@ from typing import Any
 
 from rankwatch.errors import UserError
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES
-from rankwatch.streams.alerts import AlertConfig
-from rankwatch.streams.analyser import DEFAULT_WINDOW
-from rankwatch.streams.assembly import AssemblyConfig
 from rankwatch.streams.hang.detector import HangConfig
 from rankwatch.streams.minder.online import OnlineConfig
+from rankwatch.streams.ops.alerts import AlertConfig
+from rankwatch.streams.ops.analyser import DEFAULT_WINDOW
+from rankwatch.streams.ops.assembly import AssemblyConfig
 
 DEFAULT_DSN = "chdb://var/chdb"
 

@@ -1,6 +1,7 @@
 """A whole job's op-batch messages through the ops worker's pipeline, into the store.
 
-What ``rankwatch demo`` and the embedded ``rankwatch workload`` share: the messages
+What ``rankwatch demo`` and the embedded ``rankwatch workload`` share (the loop itself
+is the embedded runner's, :func:`rankwatch.streams.ops.embedded.feed`): the messages
 (as the hooks sent them, with their send times as the clock) are assembled into steps,
 analysed live (rolling ideal, as in a cluster) and stored in the configured store,
 replacing any earlier rows of the same job id. The analysed steps come back as one
@@ -10,6 +11,7 @@ whatif`` on the exported file) reads the same input the stored figures came from
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
@@ -20,6 +22,9 @@ from rankwatch.errors import UserError
 
 if TYPE_CHECKING:
     from rankwatch.sim import JobMeta, Trace
+    from rankwatch.streams.ops.assembly import AssembledStep
+    from rankwatch.workload.config import WorkloadConfig
+    from rankwatch.workload.launch import JobResult
 
 STEPS_SQL = (
     "SELECT step, t_base, t_sim, t_ideal, slowdown, partial, n_ops "
@@ -50,30 +55,17 @@ def store_job(
     """Feed ``(message, sent_ns)`` pairs (send order) through a fresh pipeline into the
     store at ``dsn`` (default: the configured one). ``meta``: the job's sizes when known
     (else taken from the assembled steps)."""
-    from rankwatch.schemas.topics import TOPICS
     from rankwatch.stores import forget_job, open_store
-    from rankwatch.streams.analyser import WhatIfAnalyser
-    from rankwatch.streams.pipeline import Pipeline, Source
-    from rankwatch.streams.sink import TableSink
+    from rankwatch.streams.kit.sink import TableSink
+    from rankwatch.streams.ops.analyser import WhatIfAnalyser
+    from rankwatch.streams.ops.embedded import feed
+    from rankwatch.streams.ops.pipeline import Pipeline
 
     with open_store(dsn, migrate=True) as store:
         forget_job(store, job)
-        pipeline = Pipeline(analyser=WhatIfAnalyser())
-        sink = TableSink(store)
-        source = Source(topic=TOPICS["ops"])
-        steps = []
-        fed = now_ns = 0
+        steps: list[AssembledStep] = []
         started = time.perf_counter()
-        for value, now_ns in messages:
-            out = pipeline.on_message(value, source, now_ns)
-            out.extend(pipeline.on_tick(now_ns))
-            sink.write(out)
-            steps += out.steps
-            fed += 1
-        out = pipeline.flush(now_ns)
-        sink.write(out)
-        sink.flush()
-        steps += out.steps
+        fed = feed(messages, Pipeline(analyser=WhatIfAnalyser()), TableSink(store), steps)
         elapsed = time.perf_counter() - started
         rows = store.query(STEPS_SQL, {"job": job})
         where = store.where
@@ -111,3 +103,89 @@ def _concat(traces: list[Trace]) -> Trace:
 
     names = [f.name for f in fields(Trace)]
     return Trace(**{n: np.concatenate([getattr(t, n) for t in traces]) for n in names})
+
+
+@dataclass(frozen=True)
+class EmbeddedRun:
+    config: WorkloadConfig
+    result: JobResult
+    stored: StoredJob
+    """The job as stored: its ``steps`` rows and the analysed steps' records."""
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        return self.stored.rows
+
+    @property
+    def trace(self) -> Trace:
+        return self.stored.trace
+
+    @property
+    def meta(self) -> JobMeta:
+        return self.stored.meta
+
+    def headline(self) -> str:
+        cfg, stored = self.config, self.stored
+        return (
+            f"job {cfg.job}: real PyTorch training, DP {cfg.dp} x PP {cfg.pp} "
+            f"({cfg.schedule}, {cfg.microbatches} microbatches), {len(stored.trace)} ops in "
+            f"{stored.messages} batches from the hooks, {len(stored.rows)} steps assembled in "
+            f"{stored.elapsed_s:.2f} s; stored in {stored.where}"
+        )
+
+
+def run_embedded_workload(
+    cfg: WorkloadConfig, directory: Path, skip_steps: int = 0, dsn: str | None = None
+) -> EmbeddedRun:
+    """Train with every rank spooling its messages under ``directory``, then feed the
+    spooled bytes through the pipeline into the store (``dsn``, default the configured
+    one). Steps below ``skip_steps`` (process group warm-up) are left out."""
+    from dataclasses import replace
+
+    from rankwatch.workload.launch import run_job
+
+    spool = directory / "spool"
+    for path in (spool, directory / "out"):
+        if path.exists():
+            shutil.rmtree(path)  # a run starts clean
+    directory.mkdir(parents=True, exist_ok=True)
+    result = run_job(replace(cfg, spool_dir=str(spool), kafka=""), directory / "out")
+    stored = store_job(_spooled_ops(spool, skip_steps), cfg.job, dsn)
+    return EmbeddedRun(cfg, result, stored)
+
+
+def _spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
+    """(message, sent_ns) of every op batch the ranks spooled, in send order."""
+    from rankwatch.hooks.spool import Spool
+    from rankwatch.schemas.codec import decode_ops
+
+    values = []
+    for path in sorted(spool.glob("*.spool")):
+        for message in Spool(path).read():
+            if message.kind != "ops":
+                continue
+            batch = decode_ops(message.value)
+            if int(batch.step.min()) >= skip_steps:
+                values.append((message.value, batch.sent_ns))
+    return sorted(values, key=lambda v: v[1])
+
+
+def format_step_table(rows: list[dict[str, Any]]) -> str:
+    """The stored ``steps`` rows as the table ``rankwatch demo`` and ``workload`` print."""
+    header = f"{'step':>6} {'T recorded':>11} {'T simulated':>12} {'T ideal':>9} {'S':>6}  status"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['step']:>6} {r['t_base']:>10.4f}s {_secs(r['t_sim']):>12} "
+            f"{_secs(r['t_ideal']):>9} "
+            f"{_times(r['slowdown']):>6}  {'partial' if r['partial'] else 'complete'}"
+        )
+    return "\n".join(lines)
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}s"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"

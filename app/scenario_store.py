@@ -61,7 +61,7 @@ def read_job(job: str, steps: int, dsn: str | None, database: str | None) -> tup
 
 def _trace(job: str, rows: list[dict[str, Any]], sizes: dict[str, Any]) -> Trace:
     from rankwatch.sim import Trace
-    from rankwatch.streams.assembly import step_from_columns
+    from rankwatch.streams.ops.assembly import step_from_columns
 
     by_step: dict[int, list[dict[str, Any]]] = {}
     for row in rows:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rankwatch.errors import UserError
 
 if TYPE_CHECKING:
-    from rankwatch.streams.store import Store
+    from rankwatch.streams.kit.store import Store
 
 JOB_TABLES = ("jobs", "steps", "hangs")
 """Tables whose rows make a job known to the store (a hang-only job has no steps)."""
@@ -46,7 +46,7 @@ def open_store(
     dsn: str | None = None, database: str | None = None, *, migrate: bool = False
 ) -> Iterator[Store]:
     """The store at ``dsn`` (default: the configured one), migrated when asked."""
-    from rankwatch.streams.store import Store, StoreError
+    from rankwatch.streams.kit.store import Store, StoreError
 
     default_dsn, default_database = resolve_dsn(dsn)
     try:

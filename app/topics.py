@@ -9,13 +9,13 @@ from rankwatch.errors import UserError
 
 if TYPE_CHECKING:
     from rankwatch.config import KafkaConfig
-    from rankwatch.streams.topics import TopicReport
+    from rankwatch.streams.kit.topics import TopicReport
 
 
 def make_topics(kafka: KafkaConfig, names: Sequence[str]) -> TopicReport:
     """Create the missing topics (configured partitions, replication, retention) and
     wait for their leaders; a one-line error when the broker stays out of reach."""
-    from rankwatch.streams.topics import TopicError, TopicPlan, prepare_topics
+    from rankwatch.streams.kit.topics import TopicError, TopicPlan, prepare_topics
 
     retention_ms = round(kafka.retention_hours * 3600 * 1000)
     plan = TopicPlan(kafka.partitions, kafka.replication, retention_ms)

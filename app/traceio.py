@@ -92,7 +92,7 @@ def _read_column(source: Any, name: str) -> np.ndarray:
 
 
 _WIDE = frozenset({"step"})
-"""Integer columns kept int64: callers compute with step numbers (``streams/replay.py``
+"""Integer columns kept int64: callers compute with step numbers (``streams/ops/replay.py``
 makes ``step * 2**24 + rank`` keys, which int32 would overflow from step 128 on)."""
 
 

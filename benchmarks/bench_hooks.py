@@ -16,7 +16,7 @@ Cases:
   per step (``step_begin`` + ``step_end`` with its notes, no op in the step), and
   the publisher's per-step summary (sums, union of op intervals, the rank_steps item)
   of a 20-op step.
-- ``workload``: the real gloo PP 2 x DP 2 job (hooks/workload), hooks on vs off,
+- ``workload``: the real gloo PP 2 x DP 2 job (workload/), hooks on vs off,
   alternating jobs; median step time of each job (first two steps dropped: handshakes)
   and the median over jobs with min..max; plus a bound that does not drown in noise:
   (timed ops per rank per step x per-op cost) / step time.
@@ -153,8 +153,8 @@ def _summary_ns(repeat: int, steps: int = 2000) -> dict[str, float]:
 
 
 def workload(jobs: int, steps: int) -> dict[str, Any]:
-    from rankwatch.hooks.workload.config import WorkloadConfig
-    from rankwatch.hooks.workload.launch import run_job
+    from rankwatch.workload.config import WorkloadConfig
+    from rankwatch.workload.launch import run_job
 
     medians: dict[str, list[float]] = {"on": [], "off": []}
     ops_per_rank_step = []
@@ -182,8 +182,8 @@ def workload(jobs: int, steps: int) -> dict[str, Any]:
 def workload_in_job(jobs: int, steps: int) -> dict[str, Any]:
     """Hooks switched on and off every 2 steps inside each job (cancels machine noise
     the way the what-if validation does); ratio of median step times per job."""
-    from rankwatch.hooks.workload.config import WorkloadConfig
-    from rankwatch.hooks.workload.launch import run_job
+    from rankwatch.workload.config import WorkloadConfig
+    from rankwatch.workload.launch import run_job
 
     ratios = []
     for _ in range(jobs):

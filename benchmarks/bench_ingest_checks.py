@@ -1,7 +1,7 @@
 """What the ingest-side trust checks cost: job identity and storage deduplication.
 
 Every op batch a worker takes is now checked against its job's fixed identity
-(``rankwatch.streams.identity``: key, sizes, rank coordinates, step window), and the
+(``rankwatch.streams.ops.identity``: key, sizes, rank coordinates, step window), and the
 pipeline works out which of its steps are already stored (late records and batches
 stored before a restart are not stored again). This times the worker's pipeline
 in-process (decode, checks, assembly, raw-ops rows; the what-if analysis off, so the
@@ -28,12 +28,13 @@ from typing import Any
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-from rankwatch.streams.alerts import StragglerAlerts
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig, StepAssembler, _Job
-from rankwatch.streams.identity import JobIdentities
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.replay import replay_batches
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.ops.alerts import StragglerAlerts
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssemblyConfig, StepAssembler, _Job
+from rankwatch.streams.ops.identity import JobIdentities
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"

@@ -68,7 +68,7 @@ def denoiser(healthy: np.ndarray, seed: int = 0) -> tuple[VaeWeights, str]:
     """A VAE trained briefly on the healthy fleet when torch is there (so that the faulty
     case means something), else random weights (the same cost)."""
     try:
-        from rankwatch.streams.minder_train import TrainConfig, train_model
+        from rankwatch.streams.minder.train import TrainConfig, train_model
     except ImportError:
         rng = np.random.default_rng(seed)
         arrays = {k: rng.normal(0, 0.5, s).astype(np.float32) for k, s in SHAPES.items()}
@@ -133,7 +133,7 @@ def speed(repeat: int, machines: int, metrics: int, workers: int) -> dict[str, A
 
 
 def asd_study(epochs: int) -> dict[str, Any]:
-    from rankwatch.streams.minder_train import TrainConfig, evaluate_dir
+    from rankwatch.streams.minder.train import TrainConfig, evaluate_dir
 
     t0 = time.perf_counter()
     out = evaluate_dir(ASD, TrainConfig(epochs=epochs))

@@ -40,14 +40,18 @@ from typing import Any
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim import analyse
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-from rankwatch.streams.alerts import StragglerAlerts
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.devbroker import DevBroker, create_topics
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.replay import ReplayedBatch, replay_repeated
-from rankwatch.streams.testing import WorkerProcess, uncommitted
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.ops.alerts import StragglerAlerts
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssemblyConfig
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import ReplayedBatch, replay_repeated
 from rankwatch.traceio import read_meta, read_trace
+
+# the dev broker and the worker helpers are test helpers (tests/support), not in the wheel
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.devbroker import DevBroker, create_topics
+from support.workers import WorkerProcess, uncommitted
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
 

@@ -50,12 +50,12 @@ from rankwatch.streams.minder.evaluation import (
     segment_outcomes,
     window_labels,
 )
+from rankwatch.streams.minder.files import load_group
 from rankwatch.streams.minder.peers import peer_deviation, window_rms
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
 from rankwatch.streams.minder.residual import fit_own_baseline
 from rankwatch.streams.minder.similarity import window_starts
 from rankwatch.streams.minder.study import QUANTILES, Group
-from rankwatch.streams.minder_files import load_group
 
 WINDOW, STRIDE, FLOOR, MINUTES = 8, 4, 0.02, 5
 

@@ -43,12 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.commands.diagnose import diagnose_stored
-from rankwatch.commands.workload import run_embedded_workload
-from rankwatch.hooks.workload.config import WorkloadConfig
+from rankwatch.ingest import run_embedded_workload
+from rankwatch.streams.kit.store import Store
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 from rankwatch.streams.slowdown.diagnosis import diagnose
 from rankwatch.streams.slowdown.signals import Signals
-from rankwatch.streams.store import Store
+from rankwatch.workload.config import WorkloadConfig
 
 NETNS, VETH, PEER = "rwstudy", "rwv0", "rwv1"
 ADDR, PEER_ADDR = "10.231.0.1", "10.231.0.2"

@@ -55,14 +55,14 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch.hooks.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
-from rankwatch.hooks.workload.launch import free_port, run_job
-from rankwatch.hooks.workload.validation import assembled_steps, concat
 from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.sim import JobMeta, Trace
 from rankwatch.sim.scenario import Hardware, Scenario, calibrate_trace, run_scenarios
 from rankwatch.sim.scenario.reshape import reshape
 from rankwatch.sim.scenario.retime import scenario_costs
+from rankwatch.validation import assembled_steps, concat
+from rankwatch.workload.config import CONFIG_ENV, OUT_ENV, WorkloadConfig
+from rankwatch.workload.launch import free_port, run_job
 
 LOCK = Path("/work/helpers/measure.lock")
 NS = ("rw16a", "rw16b")
@@ -264,7 +264,7 @@ def launch_ranks(cfg: WorkloadConfig, out: Path, netns: bool = False) -> list[di
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
         }
-        cmd = [sys.executable, "-m", "rankwatch.hooks.workload.train"]
+        cmd = [sys.executable, "-m", "rankwatch.workload.train"]
         if netns:
             cmd = ["ip", "netns", "exec", NS[host], *cmd]
         log = (out / f"rank{rank}.log").open("wb")

@@ -6,7 +6,7 @@ Run from the repo root (needs torch; ~10-20 s per job on 2 cores):
 
 Per straggler level (extra matmuls in rank 0's forward) and repeat, one gloo PP 2 x
 DP 2 job (1F1B, 4 microbatches) alternating the straggler on and off; what is
-measured and simulated is described in ``rankwatch.hooks.workload.validation``.
+measured and simulated is described in ``rankwatch.validation``.
 Prints one JSON line per level as it finishes, then the whole report with the spread
 (median, min, max) over repeats.
 """
@@ -18,7 +18,7 @@ import json
 import statistics
 from typing import Any
 
-from rankwatch.hooks.workload.validation import one_job
+from rankwatch.validation import one_job
 
 GAP = ("measured_mean", "dilution", "imbalance", "launch", "others_slowed", "undiluted",
        "undiluted_over_imbalance")  # fmt: skip

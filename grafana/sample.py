@@ -22,14 +22,15 @@ from rankwatch.schemas.codec import encode
 from rankwatch.schemas.topics import TOPICS
 from rankwatch.sim.trace import JobMeta, Trace
 from rankwatch.sim.tracegen import demo_config, generate_trace
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.embedded import run_embedded
 from rankwatch.streams.hang.detector import HangConfig
-from rankwatch.streams.hangs import HangService
-from rankwatch.streams.pipeline import Output, Pipeline, Source
-from rankwatch.streams.replay import RANKS_PER_HOST, replay_batches
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.hang.service import HangService
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.embedded import run_embedded
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import RANKS_PER_HOST, replay_batches
 
 SPAN_S = 600
 """The sample's rows lie in the ten minutes before now."""

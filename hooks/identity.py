@@ -5,7 +5,7 @@ from the usual ``torch.distributed`` launcher variables (``RANK``, ``WORLD_SIZE`
 plus rankwatch's own (``RANKWATCH_JOB``, ``RANKWATCH_DP_RANK`` ...); whatever the user
 passes explicitly wins. When only the sizes are known, the coordinates follow the
 Megatron order (tp fastest, then cp, then dp, then pp), which is how the workload in
-``hooks/workload`` builds its groups too.
+``workload/`` builds its groups too.
 """
 
 from __future__ import annotations

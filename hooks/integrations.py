@@ -242,7 +242,7 @@ def watch_gc(rw: RankWatch) -> Callable[[], None]:
     compute (Megatron collects manually there). Automatic collections land anywhere
     and not in every step: with them on, steps' op sets differ and the stream cannot
     simulate them. Prefer ``gc.disable()`` plus a timed ``gc.collect`` per step (as
-    ``hooks/workload`` does), or use this only for diagnosis.
+    ``workload/`` does), or use this only for diagnosis.
     """
     thread = threading.get_ident()
     open_ops: list[Any] = []

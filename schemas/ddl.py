@@ -1,7 +1,7 @@
 """The ClickHouse DDL: numbered migration files, read and split, no database access.
 
 ``migrations/NNNN_<name>.sql`` are applied in number order, each once, recorded in the
-``schema_migrations`` table (``rankwatch.streams.store.Store.migrate`` does that). A
+``schema_migrations`` table (``rankwatch.streams.kit.store.Store.migrate`` does that). A
 file's statements are separated by a line holding only ``;``, so a ``;`` inside a
 string or comment can never split a statement. Table names are unqualified: the store
 runs them inside the configured database. Never edit an applied migration (the store

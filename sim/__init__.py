@@ -24,6 +24,7 @@ from rankwatch.sim.analysis import (
     analyse_measured,
     analyse_step,
     measure_trace,
+    waste_of,
 )
 from rankwatch.sim.durations import Measured
 from rankwatch.sim.errors import ModelError
@@ -50,4 +51,5 @@ __all__ = [
     "ideal_costs",
     "infer_graph",
     "measure_trace",
+    "waste_of",
 ]

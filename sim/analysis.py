@@ -45,6 +45,15 @@ analysis of a 1,024-worker job")."""
 DIMENSIONS = ("optype", "dp_rank", "stage")
 
 
+def waste_of(slowdown: float) -> float:
+    """Waste W = 1 - 1/S: the share of the time (a step's or a job's) spent waiting on
+    stragglers, from its slowdown S = T / T_ideal (docs/whatif.md). The one place W is
+    computed in Python: the offline analysis, the live figures and the ops worker's
+    step rows and messages use it (the boards' SQL says the same,
+    ``1 - sum(t_ideal) / sum(t_sim)``)."""
+    return 1.0 - 1.0 / slowdown
+
+
 @dataclass(frozen=True, eq=False)
 class Analysis:
     """Results for the steps of ``steps``; arrays are indexed like ``steps``."""
@@ -73,7 +82,7 @@ class Analysis:
 
     @property
     def waste(self) -> float:
-        return 1.0 - 1.0 / self.slowdown
+        return waste_of(self.slowdown)
 
     @property
     def step_slowdown(self) -> np.ndarray:

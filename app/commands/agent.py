@@ -40,16 +40,16 @@ def register(subparsers: Any) -> None:
 
 def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """(host name, samplers) per machine the agent speaks for."""
+    from rankwatch.agent import HostSampler, ProcessSampler
+    from rankwatch.agent.sampler import RdmaSampler
     from rankwatch.errors import UserError
-    from rankwatch.hooks.agent import HostSampler, ProcessSampler
-    from rankwatch.hooks.agent.sampler import RdmaSampler
 
     if not args.pid:
         samplers: list[Any] = [HostSampler()]
         if RdmaSampler().ports():
             samplers.append(RdmaSampler())
         if not args.no_gpu:
-            from rankwatch.hooks.agent.gpu import GpuSampler
+            from rankwatch.agent.gpu import GpuSampler
 
             gpu = GpuSampler()
             if gpu.available:
@@ -72,8 +72,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     import threading
 
-    from rankwatch.config import load_config
-    from rankwatch.hooks.agent import (
+    from rankwatch.agent import (
         Agent,
         AgentConfig,
         KafkaTransport,
@@ -81,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         Outbox,
         run_agents,
     )
+    from rankwatch.config import load_config
 
     config = load_config(args.config)
     if args.stdout:

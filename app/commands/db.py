@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
 def run_migrate(args: argparse.Namespace) -> int:
     from rankwatch.config import load_config
     from rankwatch.errors import UserError
-    from rankwatch.streams.store import Store, StoreError
+    from rankwatch.streams.kit.store import Store, StoreError
 
     config = load_config().clickhouse
     try:

@@ -3,7 +3,7 @@
 The job is chosen by ``--workload``, never by what is installed, so the same command
 gives the same numbers: ``generator`` (the default) is a trace from the project's own
 generator (a PP x DP 1F1B job with noise, a straggling worker and a slow last stage),
-replayed as the hooks would send it; ``torch`` is a real training run (``hooks/workload``:
+replayed as the hooks would send it; ``torch`` is a real training run (``workload/``:
 gloo on CPU, PP 2 x DP 2, 1F1B, one rank given extra compute; its timings are real, so
 its numbers vary from run to run) whose hooks spool their op batches.
 
@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankwatch.ingest import export
+    from rankwatch.ingest import export, format_step_table
 
     if args.workload == "torch":
         stored, headline = run_torch(args)
@@ -74,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
 
 def run_torch(args: argparse.Namespace) -> tuple[StoredJob, str]:
     """The real workload: rank 1 (DP 1, stage 0) does extra compute in its forward."""
-    from rankwatch.commands.workload import run_embedded_workload
     from rankwatch.errors import UserError
-    from rankwatch.hooks.workload.config import WorkloadConfig
-    from rankwatch.hooks.workload.launch import torch_available
+    from rankwatch.ingest import run_embedded_workload
+    from rankwatch.workload.config import WorkloadConfig
+    from rankwatch.workload.launch import torch_available
 
     if not torch_available():
         raise UserError("--workload torch needs PyTorch: pip install 'rankwatch[torch]'")
@@ -100,7 +100,7 @@ def run_generated(args: argparse.Namespace) -> tuple[StoredJob, str]:
     from rankwatch.ingest import store_job
     from rankwatch.schemas.codec import encode_ops
     from rankwatch.sim.tracegen import demo_config, generate_trace
-    from rankwatch.streams.replay import replay_batches, span_ns
+    from rankwatch.streams.ops.replay import replay_batches, span_ns
 
     trace, meta = generate_trace(demo_config(seed=args.seed))
     origin_ns = time.time_ns() - span_ns(trace)  # the job ends now, not in the future
@@ -134,8 +134,8 @@ def live_summary(stored: StoredJob, dsn: str | None) -> str:
 
 def offline_summary(stored: StoredJob, trace_path: Path, meta_path: Path, heatmap: Path) -> str:
     """The whole trace through the engine offline: verdict, blame and the heatmap."""
+    from rankwatch.heatmap import render_heatmap
     from rankwatch.sim import analyse
-    from rankwatch.sim.heatmap import render_heatmap
     from rankwatch.sim.summary import describe
 
     analysis = analyse(stored.trace, stored.meta)
@@ -148,21 +148,6 @@ def offline_summary(stored: StoredJob, trace_path: Path, meta_path: Path, heatma
             f"worker heatmap (S_w, DP x PP): {heatmap}",
         ]
     )
-
-
-def format_step_table(rows: list[dict[str, Any]]) -> str:
-    header = f"{'step':>6} {'T recorded':>11} {'T simulated':>12} {'T ideal':>9} {'S':>6}  status"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        lines.append(
-            f"{r['step']:>6} {r['t_base']:>10.4f}s {_s(r['t_sim']):>12} {_s(r['t_ideal']):>9} "
-            f"{_x(r['slowdown']):>6}  {'partial' if r['partial'] else 'complete'}"
-        )
-    return "\n".join(lines)
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}s"
 
 
 def _x(value: float | None) -> str:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from rankwatch.stores import add_store_arguments
 
 if TYPE_CHECKING:
+    from rankwatch.streams.kit.store import Store
     from rankwatch.streams.slowdown.diagnosis import Diagnosis, WhatIf
-    from rankwatch.streams.store import Store
 
 SIGNALS_SQL = (
     "SELECT step, rank, t_step, t_inter, flops_per_s, busbw, gc_s, data_wait_s,"

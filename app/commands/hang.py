@@ -45,7 +45,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.hang.detector import HangConfig
-    from rankwatch.streams.hang_worker import HangSettings, build_hang_app
+    from rankwatch.streams.hang.worker import HangSettings, build_hang_app
     from rankwatch.topics import make_topics
 
     flags = {

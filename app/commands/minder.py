@@ -94,7 +94,7 @@ def _train_config(args: argparse.Namespace) -> Any:
     from rankwatch.errors import UserError
 
     try:
-        from rankwatch.streams.minder_train import TrainConfig
+        from rankwatch.streams.minder.train import TrainConfig
     except ImportError as exc:
         raise UserError(f"training needs torch (pip install 'rankwatch[torch]'): {exc}") from exc
     return TrainConfig(epochs=args.epochs, seed=args.seed)
@@ -110,7 +110,7 @@ def _train(args: argparse.Namespace) -> int:
     from rankwatch.streams.minder.priority import max_z_features, rank_metrics
     from rankwatch.streams.minder.serial import model_to_arrays
     from rankwatch.streams.minder.similarity import window_starts
-    from rankwatch.streams.minder_train import train_model
+    from rankwatch.streams.minder.train import train_model
 
     cfg = _train_config(args)
     group, names = _load(args.dir)
@@ -132,7 +132,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _load(directory: Path) -> Any:
     from rankwatch.errors import UserError
-    from rankwatch.streams.minder_files import GroupFileError, load_group
+    from rankwatch.streams.minder.files import GroupFileError, load_group
 
     try:
         return load_group(directory)
@@ -144,8 +144,8 @@ def _eval(args: argparse.Namespace) -> int:
     import orjson
 
     from rankwatch.errors import UserError
-    from rankwatch.streams.minder_files import GroupFileError
-    from rankwatch.streams.minder_train import evaluate_dir
+    from rankwatch.streams.minder.files import GroupFileError
+    from rankwatch.streams.minder.train import evaluate_dir
 
     cfg = _train_config(args)
     if args.holdout and args.rotate:
@@ -176,8 +176,8 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
     import orjson
 
     from rankwatch.errors import UserError
-    from rankwatch.streams.minder_files import GroupFileError
-    from rankwatch.streams.minder_train import holdout_dir, rotation_dir
+    from rankwatch.streams.minder.files import GroupFileError
+    from rankwatch.streams.minder.train import holdout_dir, rotation_dir
 
     held = [s.strip() for s in args.holdout.split(",") if s.strip()]
     try:
@@ -238,7 +238,7 @@ def _worker(args: argparse.Namespace) -> int:
 
     from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.minder.online import OnlineConfig
-    from rankwatch.streams.minder_agent import MinderSettings, build_minder_app
+    from rankwatch.streams.minder.worker import MinderSettings, build_minder_app
     from rankwatch.topics import make_topics
 
     flags = {

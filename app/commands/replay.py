@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rankwatch.config import load_config
-    from rankwatch.streams.replay import replay_batches, span_ns
+    from rankwatch.streams.ops.replay import replay_batches, span_ns
     from rankwatch.traceio import read_meta, read_trace
 
     trace, meta = read_trace(args.trace), read_meta(args.meta)
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     batches = replay_batches(trace, meta, args.job, origin_ns=time.time_ns() - span_ns(trace))
     config = load_config()
     if args.kafka:
-        from rankwatch.streams.publish import publish
+        from rankwatch.streams.ops.publish import publish
 
         topic = f"{config.kafka.topic_prefix}.ops"  # RANKWATCH_TOPIC_PREFIX, as the worker
         sent = publish(args.kafka, batches, topic=topic)
@@ -37,10 +37,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     from rankwatch.stores import open_store
-    from rankwatch.streams.analyser import WhatIfAnalyser
-    from rankwatch.streams.embedded import run_embedded
-    from rankwatch.streams.pipeline import Pipeline
-    from rankwatch.streams.sink import TableSink
+    from rankwatch.streams.kit.sink import TableSink
+    from rankwatch.streams.ops.analyser import WhatIfAnalyser
+    from rankwatch.streams.ops.embedded import run_embedded
+    from rankwatch.streams.ops.pipeline import Pipeline
 
     with open_store(args.clickhouse, migrate=True) as store:
         dsn = store.where

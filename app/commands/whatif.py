@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as exc:
         raise UserError(f"cannot model {args.trace}: {exc}") from exc
     if args.heatmap:
-        from rankwatch.sim.heatmap import render_heatmap
+        from rankwatch.heatmap import render_heatmap
 
         try:
             Path(args.heatmap).write_bytes(render_heatmap(analysis, title=Path(args.trace).stem))
@@ -73,7 +73,7 @@ def run_live(args: argparse.Namespace, trace: Trace, meta: JobMeta) -> int:
     import orjson
 
     from rankwatch.errors import UserError
-    from rankwatch.streams.live import describe_live, live_figures, live_json
+    from rankwatch.streams.ops.live import describe_live, live_figures, live_json
 
     if args.window < 1:
         raise UserError(f"--window must be at least 1, not {args.window}")

@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from faust.worker import Worker
 
     from rankwatch.config import load_config, service_settings, with_flags
-    from rankwatch.streams.alerts import AlertConfig
-    from rankwatch.streams.worker import WorkerSettings, build_app, topic_names
+    from rankwatch.streams.ops.alerts import AlertConfig
+    from rankwatch.streams.ops.worker import WorkerSettings, build_app, topic_names
 
     config = with_flags(
         load_config(args.config),
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from rankwatch.streams.health import check_status, read_status
+    from rankwatch.streams.kit.health import check_status, read_status
 
     try:
         status = read_status(args.health)

@@ -9,18 +9,10 @@ exactly as ``rankwatch demo`` does. Needs the ``torch`` extra.
 from __future__ import annotations
 
 import argparse
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rankwatch.errors import UserError
-
-if TYPE_CHECKING:
-    from rankwatch.hooks.workload.config import WorkloadConfig
-    from rankwatch.hooks.workload.launch import JobResult
-    from rankwatch.ingest import StoredJob
-    from rankwatch.sim import JobMeta, Trace
 
 DEFAULT_DIR = Path("var/workload")
 
@@ -45,8 +37,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rankwatch.hooks.workload.config import WorkloadConfig
-    from rankwatch.hooks.workload.launch import run_job, torch_available
+    from rankwatch.workload.config import WorkloadConfig
+    from rankwatch.workload.launch import run_job, torch_available
 
     if not torch_available():
         raise UserError("the workload needs PyTorch: pip install 'rankwatch[torch]'")
@@ -67,75 +59,9 @@ def run(args: argparse.Namespace) -> int:
         sent = sum(s["messages_sent"] for s in result.hook_stats())
         print(f"job {args.job}: {cfg.world} ranks, {cfg.steps} steps, {sent} messages sent")
         return 0
-    from rankwatch.commands.demo import format_step_table
+    from rankwatch.ingest import format_step_table, run_embedded_workload
 
     embedded = run_embedded_workload(cfg, args.dir, dsn=args.clickhouse)
     print(embedded.headline())
     print(format_step_table(embedded.rows))
     return 0
-
-
-@dataclass(frozen=True)
-class EmbeddedRun:
-    config: WorkloadConfig
-    result: JobResult
-    stored: StoredJob
-    """The job as stored: its ``steps`` rows and the analysed steps' records."""
-
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        return self.stored.rows
-
-    @property
-    def trace(self) -> Trace:
-        return self.stored.trace
-
-    @property
-    def meta(self) -> JobMeta:
-        return self.stored.meta
-
-    def headline(self) -> str:
-        cfg, stored = self.config, self.stored
-        return (
-            f"job {cfg.job}: real PyTorch training, DP {cfg.dp} x PP {cfg.pp} "
-            f"({cfg.schedule}, {cfg.microbatches} microbatches), {len(stored.trace)} ops in "
-            f"{stored.messages} batches from the hooks, {len(stored.rows)} steps assembled in "
-            f"{stored.elapsed_s:.2f} s; stored in {stored.where}"
-        )
-
-
-def run_embedded_workload(
-    cfg: WorkloadConfig, directory: Path, skip_steps: int = 0, dsn: str | None = None
-) -> EmbeddedRun:
-    """Train with every rank spooling its messages under ``directory``, then feed the
-    spooled bytes through the pipeline into the store (``dsn``, default the configured
-    one). Steps below ``skip_steps`` (process group warm-up) are left out."""
-    from dataclasses import replace
-
-    from rankwatch.hooks.workload.launch import run_job
-    from rankwatch.ingest import store_job
-
-    spool = directory / "spool"
-    for path in (spool, directory / "out"):
-        if path.exists():
-            shutil.rmtree(path)  # a run starts clean
-    directory.mkdir(parents=True, exist_ok=True)
-    result = run_job(replace(cfg, spool_dir=str(spool), kafka=""), directory / "out")
-    stored = store_job(_spooled_ops(spool, skip_steps), cfg.job, dsn)
-    return EmbeddedRun(cfg, result, stored)
-
-
-def _spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
-    """(message, sent_ns) of every op batch the ranks spooled, in send order."""
-    from rankwatch.hooks.spool import Spool
-    from rankwatch.schemas.codec import decode_ops
-
-    values = []
-    for path in sorted(spool.glob("*.spool")):
-        for message in Spool(path).read():
-            if message.kind != "ops":
-                continue
-            batch = decode_ops(message.value)
-            if int(batch.step.min()) >= skip_steps:
-                values.append((message.value, batch.sent_ns))
-    return sorted(values, key=lambda v: v[1])

@@ -77,7 +77,7 @@ def top_attribution(dimension: str, label: str) -> str:
     the step's ideal time, which is ``sum(T_g) / sum(T_ideal)``, the same ratio of sums as
     the Slowdown S panel (docs/whatif.md, "Offline and live figures"). step_attribution
     holds rows only for steps slow enough to attribute (S >= 1.03); the other steps count
-    as S_g = 1. ``rankwatch.streams.live`` computes the same in Python (a test holds the two
+    as S_g = 1. ``rankwatch.streams.ops.live`` computes the same in Python (a test holds the two
     equal).
     """
     return f"""

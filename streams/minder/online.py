@@ -1,7 +1,7 @@
 """Minder on a live stream: one job's metrics in, scores, faults and alerts out.
 
 Pure: samples are handed in, rows and messages handed back; the faust agent
-(``rankwatch.streams.minder_agent``) only moves them.
+(``rankwatch.streams.minder.worker``) only moves them.
 
 Every ``stride_s`` seconds of stream time (once the job's newest sample is ``lag_s``
 past the window's end, so late samples still count and a backlog replays exactly as

@@ -3,7 +3,7 @@
 One small model per metric (the paper: window 8, hidden 4, latent 8, one layer)
 reconstructs each window of that metric; Minder measures distances between the
 reconstructions, which keeps the shape of a machine's series and drops its jitter.
-Training happens offline with torch (``rankwatch.streams.minder_train``); the stream
+Training happens offline with torch (``rankwatch.streams.minder.train``); the stream
 worker only needs these arrays, so it runs without torch.
 
 Architecture (the trainer builds exactly this): an encoder LSTM reads the window one

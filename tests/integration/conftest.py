@@ -24,8 +24,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
-
-from rankwatch.streams.devbroker import DevBroker, create_topics
+from support.devbroker import DevBroker, create_topics
 
 EXTERNAL_BROKER_ENV = "RANKWATCH_TEST_KAFKA"
 _KEPT_LOGS = pytest.StashKey[Path]()

@@ -12,7 +12,7 @@ import pytest
 
 from rankwatch.cli import main
 from rankwatch.grafana import sample
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def test_a_store_held_by_a_running_process_is_named(
     dsn = f"chdb://{tmp_path / 'chdb'}"
     holder = (
         "import sys, time\n"
-        "from rankwatch.streams.store import Store\n"
+        "from rankwatch.streams.kit.store import Store\n"
         f"with Store.connect({dsn!r}):\n"
         "    print('ready', flush=True)\n"
         "    sys.stdin.read()\n"  # hold the path until the test closes stdin

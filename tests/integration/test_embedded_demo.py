@@ -10,11 +10,12 @@ import pytest
 
 from rankwatch.cli import main
 from rankwatch.sim.tracegen import GenConfig, generate_trace
-from rankwatch.streams.embedded import run_embedded
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.embedded import run_embedded
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import replay_batches
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from rankwatch.grafana.checks import (
     variable_queries,
 )
 from rankwatch.grafana.macros import ALL, QueryContext, expand
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 from rankwatch.cli import main
 from rankwatch.grafana import sample
 from rankwatch.grafana.report import collect
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.devbroker import create_topics
+from support.workers import read_topic
 
 from rankwatch.schemas.codec import encode
-from rankwatch.streams.devbroker import create_topics
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import read_topic
+from rankwatch.streams.kit.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NS = 1_000_000_000

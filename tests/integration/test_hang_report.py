@@ -10,10 +10,10 @@ import pytest
 from rankwatch.cli import main
 from rankwatch.schemas.codec import encode
 from rankwatch.streams.hang.detector import NS, HangConfig
-from rankwatch.streams.hangs import HangService
-from rankwatch.streams.pipeline import Output, Source
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.hang.service import HangService
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.devbroker import create_topics
 
-from rankwatch.hooks.workload.config import WorkloadConfig
-from rankwatch.hooks.workload.launch import _spawn, free_port, run_job, torch_available
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.devbroker import create_topics
+from rankwatch.workload.config import WorkloadConfig
+from rankwatch.workload.launch import _spawn, free_port, run_job, torch_available
 
 pytestmark = [
     pytest.mark.integration,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from rankwatch.hooks.workload.launch import torch_available
-from rankwatch.hooks.workload.validation import one_job
+from rankwatch.validation import one_job
+from rankwatch.workload.launch import torch_available
 
 pytestmark = [
     pytest.mark.integration,

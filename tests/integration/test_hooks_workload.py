@@ -15,15 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.devbroker import DevBroker, create_topics
 
-from rankwatch.hooks.workload.config import WorkloadConfig
-from rankwatch.hooks.workload.launch import JobResult, free_port, run_job, torch_available
 from rankwatch.schemas.codec import decode, decode_ops
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.devbroker import DevBroker, create_topics
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.workload.config import WorkloadConfig
+from rankwatch.workload.launch import JobResult, free_port, run_job, torch_available
 
 pytestmark = [
     pytest.mark.integration,
@@ -176,7 +177,7 @@ def _wait_for_messages(bootstrap: str, topic: str, n: int, timeout_s: float = 12
 
 
 def test_interleaved_schedule_runs_and_its_steps_are_analysed(tmp_path: Path) -> None:
-    from rankwatch.commands.workload import run_embedded_workload
+    from rankwatch.ingest import run_embedded_workload
 
     cfg = WorkloadConfig(dp=1, pp=2, schedule="interleaved", steps=4, microbatches=4, job="il")
     run = run_embedded_workload(cfg, tmp_path, dsn=f"chdb://{tmp_path}/chdb")

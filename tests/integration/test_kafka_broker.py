@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from aiokafka.structs import TopicPartition
-
-from rankwatch.streams.devbroker import DevBroker
+from support.devbroker import DevBroker
 
 pytestmark = pytest.mark.integration
 

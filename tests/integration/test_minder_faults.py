@@ -43,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from rankwatch.hooks.agent import Agent, AgentConfig, ProcessSampler
+from rankwatch.agent import Agent, AgentConfig, ProcessSampler
 from rankwatch.schemas.codec import decode
 from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
 

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from support.devbroker import create_topics
+from support.workers import read_topic
 
-from rankwatch.hooks.agent import KafkaTransport, Outbox, metrics_message
-from rankwatch.streams.devbroker import create_topics
+from rankwatch.agent import KafkaTransport, Outbox, metrics_message
+from rankwatch.streams.kit.store import Store
 from rankwatch.streams.minder.online import OnlineConfig
-from rankwatch.streams.minder_agent import MinderSettings, MinderState
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import read_topic
+from rankwatch.streams.minder.worker import MinderSettings, MinderState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NS = 1_000_000_000

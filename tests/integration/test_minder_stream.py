@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from support.devbroker import create_topics
 
-from rankwatch.hooks.agent import (
+from rankwatch.agent import (
     Agent,
     AgentConfig,
     HostSampler,
@@ -28,8 +29,7 @@ from rankwatch.hooks.agent import (
     run_agents,
 )
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.devbroker import create_topics
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 NS = 1_000_000_000

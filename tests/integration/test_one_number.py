@@ -25,7 +25,7 @@ from rankwatch.grafana.build import DASHBOARD_DIR
 from rankwatch.grafana.checks import panel_queries
 from rankwatch.grafana.macros import expand
 from rankwatch.grafana.report import collect, context
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
 

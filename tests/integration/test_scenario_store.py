@@ -14,12 +14,12 @@ import pytest
 from rankwatch.cli import main
 from rankwatch.sim.scenario import Scenario, calibrate_trace, run_scenarios
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.embedded import run_embedded
-from rankwatch.streams.pipeline import Pipeline
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.embedded import run_embedded
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import replay_batches
 
 pytestmark = pytest.mark.integration
 

@@ -18,16 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from rankwatch.commands.workload import run_embedded_workload
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import encode_ops
-from rankwatch.hooks.workload.config import WorkloadConfig
-from rankwatch.hooks.workload.launch import torch_available
+from rankwatch.ingest import run_embedded_workload
 from rankwatch.schemas.examples import rank_step
-from rankwatch.streams.pipeline import Pipeline, Source
-from rankwatch.streams.recovery import load_history
-from rankwatch.streams.sink import TableSink
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.recovery import load_history
+from rankwatch.workload.config import WorkloadConfig
+from rankwatch.workload.launch import torch_available
 
 pytestmark = pytest.mark.integration
 MS = 1_000_000

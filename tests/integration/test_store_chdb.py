@@ -19,8 +19,8 @@ from rankwatch.commands import db as db_command
 from rankwatch.schemas.ddl import migrations, tables
 from rankwatch.schemas.examples import T0_NS, example, example_batch
 from rankwatch.schemas.tables import CONTRACTS
-from rankwatch.streams.alerts import alert_row
-from rankwatch.streams.store import Store, StoreError
+from rankwatch.streams.kit.output import alert_row
+from rankwatch.streams.kit.store import Store, StoreError
 
 pytestmark = pytest.mark.integration
 
@@ -150,7 +150,7 @@ def test_arrow_and_row_inserts_store_the_same_ops(
 ) -> None:
     """Numpy-only op columns go to the engine as Arrow; what is stored is what the
     clickhouse-connect path stores, value for value (ns times included)."""
-    from rankwatch.streams import store as store_module
+    from rankwatch.streams.kit import store as store_module
 
     batches = [
         example_batch(50, extras=True, start_ns=NOW_NS + np.arange(50) * 7),
@@ -245,7 +245,7 @@ def test_a_path_held_by_another_process_is_refused(tmp_path: Path) -> None:
     holder = textwrap.dedent(
         f"""
         import sys, time
-        from rankwatch.streams.store import Store
+        from rankwatch.streams.kit.store import Store
         store = Store.connect("chdb://{tmp_path}")
         print("ready", flush=True)
         sys.stdin.read()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rankwatch.cli import main
-from rankwatch.streams.store import Store
+from rankwatch.streams.kit.store import Store
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"
 pytestmark = pytest.mark.integration

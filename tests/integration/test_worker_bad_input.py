@@ -18,11 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
-
-from rankwatch.schemas.codec import encode_ops
-from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import (
+from support.workers import (
     STEP_FIELDS,
     WorkerProcess,
     records_until,
@@ -30,6 +26,10 @@ from rankwatch.streams.testing import (
     several_jobs,
     wait_committed,
 )
+
+from rankwatch.schemas.codec import encode_ops
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 MAX_BYTES = 100_000

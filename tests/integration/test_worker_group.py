@@ -14,10 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from rankwatch.streams.devbroker import create_topics
-from rankwatch.streams.publish import publish
-from rankwatch.streams.testing import (
+from support.devbroker import create_topics
+from support.workers import (
     WorkerProcess,
     assert_same_numbers,
     reference_rows,
@@ -26,6 +24,8 @@ from rankwatch.streams.testing import (
     stored_steps,
     wait_committed,
 )
+
+from rankwatch.streams.ops.publish import publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 4

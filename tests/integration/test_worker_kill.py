@@ -13,12 +13,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from rankwatch.streams.devbroker import create_topics
-from rankwatch.streams.publish import publish
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import (
+from support.devbroker import create_topics
+from support.workers import (
     STEP_FIELDS,
     WorkerProcess,
     read_topic,
@@ -27,6 +23,10 @@ from rankwatch.streams.testing import (
     uncommitted,
     wait_committed,
 )
+
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"

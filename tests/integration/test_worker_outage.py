@@ -10,11 +10,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from rankwatch.streams.devbroker import create_topics
-from rankwatch.streams.publish import publish
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import (
+from support.devbroker import create_topics
+from support.workers import (
     WorkerProcess,
     assert_same_numbers,
     reference_rows,
@@ -23,6 +20,9 @@ from rankwatch.streams.testing import (
     uncommitted,
     wait_committed,
 )
+
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.devbroker import create_topics
+from support.workers import read_topic
 
-from rankwatch.streams.devbroker import create_topics
-from rankwatch.streams.publish import publish
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import read_topic
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from rankwatch.streams.publish import publish
-from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.store import Store
-from rankwatch.streams.testing import (
+from support.workers import (
     WorkerProcess,
     assert_same_numbers,
     records_until,
     reference_rows,
 )
-from rankwatch.streams.testing import several_jobs as make_jobs
+from support.workers import several_jobs as make_jobs
+
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 JOBS = ["job-a", "job-b"]

@@ -101,15 +101,15 @@ def test_config_show_prints_a_config_file_that_loads_back(tmp_path: Path) -> Non
 
 def test_only_the_config_module_reads_the_environment_on_the_service_side() -> None:
     """Settings have one place (issue: one config tree); hooks run in the training
-    process and read their own, dev and test helpers theirs."""
+    process and read their own, the test helpers (tests/support) theirs."""
     root = Path(__file__).resolve().parents[3]
     readers = {
         str(p.relative_to(root))
-        for folder in ("app", "streams", "sim", "grafana")
+        for folder in ("app", "streams", "sim", "schemas", "grafana")
         for p in (root / folder).rglob("*.py")
         if re.search(r"os\.environ|getenv", p.read_text())
     }
-    assert readers == {"app/config.py", "streams/devbroker.py", "streams/testing.py"}
+    assert readers == {"app/config.py"}
 
 
 def test_the_readme_config_excerpt_is_a_valid_config(tmp_path: Path) -> None:
@@ -124,9 +124,9 @@ def test_the_readme_config_excerpt_is_a_valid_config(tmp_path: Path) -> None:
 
 
 def test_every_worker_takes_the_shared_settings() -> None:
-    from rankwatch.streams.hang_worker import HangSettings
-    from rankwatch.streams.minder_agent import MinderSettings
-    from rankwatch.streams.worker_state import WorkerSettings
+    from rankwatch.streams.hang.worker import HangSettings
+    from rankwatch.streams.minder.worker import MinderSettings
+    from rankwatch.streams.ops.worker_state import WorkerSettings
 
     config = load_config(env={"RANKWATCH_SESSION_TIMEOUT_S": "6", "RANKWATCH_GROUP": "g"})
     for kind, suffix in ((WorkerSettings, ""), (HangSettings, "-hang"), (MinderSettings, "-m")):

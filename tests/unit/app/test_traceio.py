@@ -39,7 +39,7 @@ def assert_same(read: Trace, written: Trace) -> None:
 
 
 def test_step_numbers_stay_int64_for_keys_made_from_them(trace: Trace, tmp_path: Path) -> None:
-    """streams/replay.py orders records by ``step * 2**24 + rank``: int32 wraps at 128."""
+    """streams/ops/replay.py orders records by ``step * 2**24 + rank``: int32 wraps at 128."""
     write_trace(replace(trace, step=trace.step + 1000), tmp_path / "t.parquet")
     read = read_trace(tmp_path / "t.parquet")
     assert read.step.dtype == np.int64

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.hang.detector import NS, Episode, HangConfig
-from rankwatch.streams.hangs import HangService, episode_from_alert
-from rankwatch.streams.pipeline import Source
+from rankwatch.streams.hang.service import HangService, episode_from_alert
+from rankwatch.streams.kit.output import Source
 
 SRC = Source("rankwatch.heartbeats")
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.hang.detector import NS, HangConfig
-from rankwatch.streams.hang_worker import HangSettings, HangState
-from rankwatch.streams.pipeline import Source
-from rankwatch.streams.store import StoreError
+from rankwatch.streams.hang.worker import HangSettings, HangState
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.store import StoreError
 
 
 class FlakyStore:

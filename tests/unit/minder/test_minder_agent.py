@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rankwatch.hooks.agent import (
+from rankwatch.agent import (
     Agent,
     AgentConfig,
     HostSampler,
@@ -24,7 +24,7 @@ from rankwatch.hooks.agent import (
     procfs,
     run_agents,
 )
-from rankwatch.hooks.agent.gpu import GpuSampler
+from rankwatch.agent.gpu import GpuSampler
 from rankwatch.schemas.codec import decode
 
 NS_PER_S = 1_000_000_000
@@ -229,7 +229,7 @@ def test_gpu_sampler_with_a_driver_that_refuses_some_calls() -> None:
 
 
 def test_rdma_counters_from_a_sysfs_tree(tmp_path: Path) -> None:
-    from rankwatch.hooks.agent.sampler import RdmaSampler
+    from rankwatch.agent.sampler import RdmaSampler
 
     def write(dev: str, port: int, rel: str, value: int) -> None:
         path = tmp_path / dev / "ports" / str(port) / rel

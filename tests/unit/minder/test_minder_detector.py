@@ -89,7 +89,7 @@ def test_denoised_detection_and_model_round_trip() -> None:
 
 def test_numpy_forward_equals_torch() -> None:
     torch = pytest.importorskip("torch")
-    from rankwatch.streams.minder_train import LstmVae
+    from rankwatch.streams.minder.train import LstmVae
 
     torch.manual_seed(0)
     net = LstmVae(3, 4, 8)

@@ -12,8 +12,8 @@ import pytest
 
 from rankwatch.cli import main
 from rankwatch.streams.minder.detector import MinderConfig, MinderModel
+from rankwatch.streams.minder.files import GroupFileError, load_group
 from rankwatch.streams.minder.study import baseline_loso, minder_loso
-from rankwatch.streams.minder_files import GroupFileError, load_group
 
 ASD = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "asd"
 

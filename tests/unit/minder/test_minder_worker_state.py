@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from rankwatch.hooks.agent import metrics_message
+from rankwatch.agent import metrics_message
 from rankwatch.schemas.codec import decode
 from rankwatch.streams.minder.online import NS, OnlineConfig
-from rankwatch.streams.minder_agent import MinderSettings, MinderState
+from rankwatch.streams.minder.worker import MinderSettings, MinderState
 
 
 class FakeStore:

@@ -7,7 +7,7 @@ import pytest
 
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.optypes import CODE
-from rankwatch.streams.assembly import AssemblyConfig, StepAssembler
+from rankwatch.streams.ops.assembly import AssemblyConfig, StepAssembler
 
 S = 1_000_000_000  # ns per second
 
@@ -174,7 +174,7 @@ def test_open_steps_are_bounded_per_job() -> None:
 def test_dedup_key_order_is_the_tuple_order() -> None:
     """The packed (rank, optype, seq_id) key picks the records np.unique over the stacked
     columns picks, in the same order, also when the fields are too wide to pack."""
-    from rankwatch.streams.assembly import _first_of_each_key
+    from rankwatch.streams.ops.assembly import _first_of_each_key
 
     rng = np.random.default_rng(0)
     for _ in range(100):

@@ -10,10 +10,11 @@ import pytest
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.pipeline import Output, Pipeline, Source
-from rankwatch.streams.replay import replay_batches
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssemblyConfig
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import replay_batches
 
 SOURCE = Source(topic="rankwatch.ops")
 CFG = GenConfig(dp=2, pp=3, microbatches=4, steps=5, stragglers=(Straggler(1, 2, 1.6),), seed=3)

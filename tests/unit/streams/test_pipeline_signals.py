@@ -12,7 +12,8 @@ from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import encode_ops
 from rankwatch.schemas.codec import decode
 from rankwatch.schemas.examples import T0_NS, rank_step
-from rankwatch.streams.pipeline import JobHistory, Output, Pipeline, Source
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
 from rankwatch.streams.slowdown.signals import Signals
 
 MS = 1_000_000

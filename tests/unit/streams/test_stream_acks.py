@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankwatch.streams.acks import AckTracker
+from rankwatch.streams.kit.acks import AckTracker
 
 
 def test_message_waits_for_all_its_steps_and_then_a_flush() -> None:

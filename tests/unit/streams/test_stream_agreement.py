@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.workers import reference_rows
 
 from rankwatch.sim import analyse
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.testing import reference_rows
+from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "stragglers"

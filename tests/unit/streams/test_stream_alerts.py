@@ -4,7 +4,7 @@ does not fire it again."""
 
 from __future__ import annotations
 
-from rankwatch.streams.alerts import AlertConfig, StragglerAlerts
+from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
 
 CFG = AlertConfig(fire_at=1.2, clear_below=1.1, window=2, min_steps=2)
 TOP = ("worker", "1,2", 1.5)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rankwatch.cli import main
-from rankwatch.streams.health import check_status, health_problems, read_status, write_status
+from rankwatch.streams.kit.health import check_status, health_problems, read_status, write_status
 
 HEALTHY: dict[str, Any] = {
     "records_in": 5,

@@ -8,15 +8,16 @@ import dataclasses
 
 import numpy as np
 import pytest
+from support.workers import several_jobs
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.topics import DEAD_LETTER_HEADERS
-from rankwatch.streams.assembly import AssemblyConfig
-from rankwatch.streams.identity import JobIdentities
-from rankwatch.streams.pipeline import JobHistory, Output, Pipeline, Source
-from rankwatch.streams.replay import ReplayedBatch
-from rankwatch.streams.testing import several_jobs
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.ops.assembly import AssemblyConfig
+from rankwatch.streams.ops.identity import JobIdentities
+from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 ORIGIN = 1_700_000_000 * 10**9
 

@@ -12,8 +12,8 @@ import numpy as np
 from rankwatch.schemas.ddl import tables
 from rankwatch.schemas.examples import T0_NS, example_batch
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.streams.assembly import StepAssembler
-from rankwatch.streams.jobs import JobBook
+from rankwatch.streams.ops.assembly import StepAssembler
+from rankwatch.streams.ops.jobs import JobBook
 
 SECOND = 10**9
 

@@ -4,7 +4,7 @@ replayed job's rows never lie in the future (``rankwatch replay``, the demo)."""
 from __future__ import annotations
 
 from rankwatch.sim.tracegen import GenConfig, generate_trace
-from rankwatch.streams.replay import replay_batches, span_ns
+from rankwatch.streams.ops.replay import replay_batches, span_ns
 
 
 def test_a_replay_started_span_before_now_ends_now() -> None:

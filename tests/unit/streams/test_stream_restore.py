@@ -8,11 +8,12 @@ import numpy as np
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
-from rankwatch.streams.alerts import Alert, AlertConfig, StragglerAlerts
-from rankwatch.streams.analyser import WhatIfAnalyser
-from rankwatch.streams.assembly import AssembledStep, step_from_columns
-from rankwatch.streams.pipeline import JobHistory, Output, Pipeline, Source
-from rankwatch.streams.replay import replay_batches
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.ops.alerts import Alert, AlertConfig, StragglerAlerts
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.assembly import AssembledStep, step_from_columns
+from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
+from rankwatch.streams.ops.replay import replay_batches
 
 CFG = GenConfig(dp=2, pp=2, microbatches=4, steps=12, stragglers=(Straggler(0, 1, 1.5),), seed=5)
 SOURCE = Source(topic="ops")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from rankwatch.sim.ideal import StepSummary
-from rankwatch.streams.window import SlowdownWindow, StepWindow
+from rankwatch.streams.ops.window import SlowdownWindow, StepWindow
 
 
 def summary(value: float) -> StepSummary:

@@ -11,10 +11,10 @@ from typing import Any
 
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim.tracegen import GenConfig, generate_trace
-from rankwatch.streams.pipeline import Source
-from rankwatch.streams.replay import replay_batches
-from rankwatch.streams.store import StoreError
-from rankwatch.streams.worker_state import WorkerSettings, WorkerState
+from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.store import StoreError
+from rankwatch.streams.ops.replay import replay_batches
+from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
 
 
 class FlakyStore:

@@ -1,7 +1,0 @@
-"""A real multi-process PyTorch training job (gloo, CPU) with the hooks on.
-
-Pipeline parallel (torch.distributed.pipelining: 1F1B, GPipe, interleaved 1F1B) x data
-parallel, a small transformer-like model. It is the demo workload and the fixture of
-the hooks' integration tests and of the what-if validation. The only part of
-``rankwatch.hooks`` that imports torch; start it with :func:`launch.run_job`.
-"""

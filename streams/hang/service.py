@@ -1,0 +1,178 @@
+"""Heartbeats and stack dumps in, hang rows and alerts out (no I/O, no clock reads).
+
+The stream worker feeds every ``heartbeats`` and ``stacks`` message here and calls
+:meth:`HangService.on_tick` every second or so; it stores the rows and publishes
+the alert messages it gets back. Bad messages become dead-letter rows, as in the ops
+pipeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankwatch.schemas.codec import InvalidMessage, decode
+from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
+from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
+from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
+from rankwatch.streams.kit.output import Output, Source, alert_row
+from rankwatch.streams.kit.times import utc
+
+MAX_DUMPS_PER_JOB = 4096
+"""Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
+
+
+Recall = Callable[[str], tuple[Episode | None, list[float]]]
+"""job -> its open episode and recent step times as stored (the shell's store lookup
+for a job first met)."""
+
+
+@dataclass
+class HangService:
+    config: HangConfig = field(default_factory=HangConfig)
+    dead_letters: int = 0
+    recall: Recall | None = None
+    """Asked once per job this service first meets: an episode it returns is reopened,
+    so a restarted worker neither declares it again nor forgets to resolve it."""
+
+    def __post_init__(self) -> None:
+        self.detector = HangDetector(self.config)
+        self._dumps: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
+
+    def on_heartbeat(self, data: bytes, source: Source, now_ns: int) -> Output:
+        try:
+            message = decode("heartbeats", data)
+        except InvalidMessage as exc:
+            return self._dead(data, source, now_ns, exc)
+        job = message["job"]
+        if self.recall is not None and not self.detector.knows(job):
+            self.detector.restore(job, *self.recall(job))
+        self.detector.observe(message, now_ns)
+        return Output()
+
+    def on_stacks(self, data: bytes, source: Source, now_ns: int) -> Output:
+        """Keep the rank's latest dump; if its job is hung, re-merge the episode's stacks."""
+        try:
+            message = decode("stacks", data)
+        except InvalidMessage as exc:
+            return self._dead(data, source, now_ns, exc)
+        dumps = self._dumps.setdefault(message["job"], {})
+        dumps.pop(message["rank"], None)
+        dumps[message["rank"]] = message["threads"]
+        while len(dumps) > MAX_DUMPS_PER_JOB:
+            dumps.pop(next(iter(dumps)))
+        out = Output()
+        for episode in self.detector.episodes():
+            if episode.job == message["job"]:
+                _add_stacks(out, episode, self.merged(episode), now_ns)
+        return out
+
+    def on_tick(self, now_ns: int) -> Output:
+        out = Output()
+        for episode in self.detector.evaluate(now_ns):
+            out.add("hangs", hang_row(episode, now_ns))
+            if episode.open:
+                _add_stacks(out, episode, self.merged(episode), now_ns)
+            alert = hang_alert(episode, now_ns)
+            out.add("alerts", alert_row(alert))
+            out.messages.append(("alerts", episode.job, alert))
+        return out
+
+    def merged(self, episode: Episode) -> list[MergedStack]:
+        ranks = [r.rank for r in self.detector.ranks(episode.job)]
+        return merge_stacks(self._dumps.get(episode.job, {}), ranks)
+
+    def _dead(self, data: bytes, source: Source, now_ns: int, exc: InvalidMessage) -> Output:
+        self.dead_letters += 1
+        out = Output()
+        out.add("dead_letters", dead_letter_row(data, source, now_ns, exc.reason, exc.detail))
+        out.dead_letters.append(dead_letter(data, source, exc.reason, exc.detail))
+        return out
+
+
+def hang_row(ep: Episode, now_ns: int) -> dict[str, Any]:
+    return {
+        "job": ep.job,
+        "episode_id": ep.episode_id,
+        "time": utc(ep.declared_ns),
+        "last_progress": utc(ep.last_progress_ns),
+        "resolved_at": None if ep.resolved_ns is None else utc(ep.resolved_ns),
+        "step": ep.step,
+        "culprit_ranks": list(ep.culprits),
+        "waiting_ranks": list(ep.waiting),
+        "silent_ranks": list(ep.silent),
+        "culprit_hosts": list(ep.culprit_hosts),
+        "culprit_where": ep.culprit_where,
+        "summary": ep.summary,
+        "version": now_ns,
+    }
+
+
+def hang_alert(ep: Episode, now_ns: int) -> dict[str, Any]:
+    """The ``alerts`` message of an episode (one id per episode, firing then resolved)."""
+    return {
+        "schema": "alerts",
+        "version": 1,
+        "alert_id": ep.episode_id,
+        "job": ep.job,
+        "kind": "hang",
+        "state": "firing" if ep.open else "resolved",
+        "severity": "critical" if ep.open else "info",
+        "ts_ns": now_ns,
+        "summary": ep.summary if ep.open else f"resolved: {ep.summary}",
+        "evidence": {
+            "culprits": list(ep.culprits),
+            "waiting": list(ep.waiting),
+            "silent": list(ep.silent),
+            "suspects": list(ep.suspects),
+            "first_stopped": ep.first_stopped,
+            "culprit_hosts": list(ep.culprit_hosts),
+            "where": ep.culprit_where,
+            "step": ep.step,
+            "last_progress_ns": ep.last_progress_ns,
+            "declared_ns": ep.declared_ns,
+        },
+    }
+
+
+def episode_from_alert(alert: Mapping[str, Any]) -> Episode | None:
+    """The open episode a stored firing ``hang`` alert describes (None: resolved, or
+    stored before alerts carried ``last_progress_ns``)."""
+    ev = alert["evidence"]
+    if alert["state"] != "firing" or "last_progress_ns" not in ev:
+        return None
+    return Episode(
+        job=alert["job"],
+        episode_id=alert["alert_id"],
+        declared_ns=int(ev.get("declared_ns", alert["ts_ns"])),
+        last_progress_ns=int(ev["last_progress_ns"]),
+        step=int(ev["step"]),
+        culprits=tuple(ev["culprits"]),
+        waiting=tuple(ev["waiting"]),
+        silent=tuple(ev["silent"]),
+        suspects=tuple(ev["suspects"]),
+        first_stopped=int(ev["first_stopped"]),
+        culprit_hosts=tuple(ev["culprit_hosts"]),
+        culprit_where=ev["where"],
+        summary=alert["summary"],
+    )
+
+
+def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int) -> None:
+    for m in merged:
+        out.add(
+            "stacks",
+            {
+                "job": ep.job,
+                "episode_id": ep.episode_id,
+                "time": utc(ep.declared_ns),
+                "stack": m.stack,
+                "native": int(m.native),
+                "ranks": list(m.ranks),
+                "ranks_text": m.ranks_text,
+                "absent_ranks_text": m.absent_text,
+                "n_ranks": len(m.ranks),
+                "version": now_ns,
+            },
+        )

@@ -1,0 +1,220 @@
+"""The faust agent of the hang detector: heartbeats and stack dumps in, hangs out.
+
+A thin shell around :class:`rankwatch.streams.hang.service.HangService`: ``<prefix>.heartbeats``
+and ``<prefix>.stacks`` are keyed by job, so one worker owns all of a job's ranks. Each
+message is handed to the service with its arrival time; a timer (every ``tick_s``)
+evaluates the jobs, stores the ``hangs``, ``stacks``, ``alerts`` and ``dead_letters``
+rows, and only once they are stored publishes the alerts on ``<prefix>.alerts`` (a
+store that fails keeps rows and alerts for the next tick); each alert sent is then
+recorded in ``announced`` once the broker has it.
+
+A job first met (after a restart, or a rebalance) is recalled from the store: its open
+episode (the latest stored ``hang`` alert, if firing) is reopened, and its latest alert
+states that were stored but never recorded as sent are sent now (docs/detection.md,
+"After a restart").
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+import orjson
+
+from rankwatch.schemas.codec import decode, encode
+from rankwatch.streams.hang.detector import Episode, HangConfig
+from rankwatch.streams.hang.service import HangService, episode_from_alert
+from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
+from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Publication, Source
+from rankwatch.streams.kit.restart import (
+    announced_row,
+    deliver,
+    load_snapshot,
+    snapshot_row,
+    unannounced,
+)
+from rankwatch.streams.kit.settings import ServiceSettings
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store, StoreError
+
+log = logging.getLogger("rankwatch.hang")
+DETECTOR = "hang"
+SNAPSHOT_EVERY_S = 10
+"""A job's step-time baseline is stored at most this often (it changes every step)."""
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class HangSettings(ServiceSettings):
+    """The hang worker's settings: the shared ones and its own section."""
+
+    group: str = "rankwatch-hang"
+    fetch_wait_ms: int = 50
+    """Faust's fetch waits 1.5 s for idle partitions: a heartbeat held that long would
+    make its rank look silent too late (the episode is then declared before it is)."""
+    offset_reset: str = "latest"
+    """Where a new consumer group starts: heartbeats are about now, so replaying old
+    ones would only declare long-gone jobs hung ("earliest" for tests on new topics)."""
+    hang: HangConfig = field(default_factory=HangConfig)
+
+
+class HangState:
+    """The service, the rows not yet stored and the alerts waiting for them."""
+
+    def __init__(
+        self,
+        settings: HangSettings,
+        store: Store | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.settings = settings
+        self.service = HangService(settings.hang, recall=self._recall)
+        self.sink = TableSink(store, auto_flush=False)
+        self.clock = clock
+        self.alerts: list[Publication] = []
+        """Alerts and dead letters whose rows are buffered, published after the flush."""
+        self.restored_episodes = 0
+        self.reannounced = 0
+        self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
+        """job -> (step times last snapshotted, when)"""
+
+    def on_heartbeat(self, value: bytes, source: Source) -> None:
+        self._keep(self.service.on_heartbeat(value, source, self.clock()))
+
+    def on_stacks(self, value: bytes, source: Source) -> None:
+        self._keep(self.service.on_stacks(value, source, self.clock()))
+
+    def on_tick(self) -> list[Publication]:
+        """Evaluate, store; the alerts and dead letters that may now be published."""
+        self._keep(self.service.on_tick(self.clock()))
+        self.sink.write(self._snapshots())
+        try:
+            if self.sink.store is None and self.sink.pending:
+                self.sink.store = self._connect()
+            self.sink.flush()
+        except StoreError as exc:
+            log.warning("hang rows not stored yet (%s); alerts held back", exc)
+            return []
+        ready, self.alerts = self.alerts, []
+        return ready
+
+    def sent(self, publications: list[Publication]) -> None:
+        """These were delivered: record the alerts among them at once (a store that
+        fails keeps the record for the next tick; a kill before it is stored makes
+        the restarted worker send them again)."""
+        now, out = self.clock(), Output()
+        for pub in (p for p in publications if p.kind == "alerts"):
+            out.add("announced", announced_row(decode("alerts", pub.value), now))
+        if not out.rows:
+            return
+        self.sink.write(out)
+        try:
+            self.sink.flush()
+        except StoreError as exc:
+            log.warning("sent alerts not recorded yet (%s)", exc)
+            return
+        log.info("%d alert states sent and recorded", len(out.rows["announced"]))
+
+    def _recall(self, job: str) -> tuple[Episode | None, list[float]]:
+        """The job's open episode and step times as stored; its unsent alert states
+        queued for sending. A store that cannot answer leaves the job unrecalled
+        (logged): it starts afresh."""
+        try:
+            if self.sink.store is None:
+                self.sink.store = self._connect()
+            stored = unannounced(self.sink.store, job, "hang")
+            latest = self.sink.store.query(_LATEST_HANG, {"job": job})
+            baseline = load_snapshot(self.sink.store, job, DETECTOR) or {"step_times": []}
+        except StoreError as exc:
+            log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
+            return None, []
+        self._baselines[job] = (tuple(baseline["step_times"]), self.clock())
+        self.reannounced += len(stored)
+        self.alerts += [Publication("alerts", job, encode("alerts", a)) for a in stored]
+        episode = episode_from_alert(_alert_message(latest[0])) if latest else None
+        self.restored_episodes += episode is not None
+        what = f"episode {episode.episode_id} open" if episode else "no open episode"
+        log.info("job %s recalled: %s, %d unsent alert states sent again", job, what, len(stored))
+        return episode, list(baseline["step_times"])
+
+    def _snapshots(self) -> Output:
+        """``detector_state`` rows of the jobs whose step times changed, at most one per
+        job every ``SNAPSHOT_EVERY_S``."""
+        out, now = Output(), self.clock()
+        detector = self.service.detector
+        for job in detector.jobs():
+            times = tuple(detector.step_times(job))
+            written, at = self._baselines.get(job, ((), -SNAPSHOT_EVERY_S * NS))
+            if times != written and now - at >= SNAPSHOT_EVERY_S * NS:
+                out.add("detector_state", snapshot_row(job, DETECTOR, now, {"step_times": times}))
+                self._baselines[job] = (times, now)
+        return out
+
+    def _keep(self, out: Output) -> None:
+        self.sink.write(out)
+        self.alerts += [Publication(kind, key, encode(kind, m)) for kind, key, m in out.messages]
+        self.alerts += [Publication.of_dead_letter(d) for d in out.dead_letters]
+
+    def _connect(self) -> Store:
+        store = Store.connect(self.settings.dsn, database=self.settings.database)
+        store.migrate()
+        return store
+
+
+def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
+    app = new_app(
+        settings.group,
+        settings.bootstrap,
+        settings.partitions,
+        settings.offset_reset,
+        session_timeout_s=settings.session_timeout_s,
+    )
+    state = HangState(settings)
+
+    def topic(kind: str) -> Any:
+        return input_topic(app, settings.topic_prefix, kind, settings.partitions)
+
+    out_topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
+
+    @app.agent(topic("heartbeats"))
+    async def heartbeats(stream: Any) -> None:
+        async for event in stream.events():
+            state.on_heartbeat(event.value, _source(event.message))
+
+    @app.agent(topic("stacks"))
+    async def stacks(stream: Any) -> None:
+        async for event in stream.events():
+            state.on_stacks(event.value, _source(event.message))
+
+    @app.timer(interval=settings.tick_s)
+    async def tick() -> None:
+        shorten_fetch_wait(app, settings.fetch_wait_ms)
+        ready = state.on_tick()
+        try:
+            await deliver(out_topics, ready)
+        except Exception:
+            state.alerts[:0] = ready  # stored, not known to be sent: the next tick tries again
+            raise
+        state.sent(ready)
+
+    return app, state
+
+
+_LATEST_HANG = (
+    "SELECT alert_id, job, state, ts_ns, summary, evidence FROM alerts FINAL "
+    "WHERE job = {job:String} AND kind = 'hang' ORDER BY ts_ns DESC, state = 'resolved' DESC "
+    "LIMIT 1"
+)
+
+
+def _alert_message(row: dict[str, Any]) -> dict[str, Any]:
+    evidence = row["evidence"]
+    return {**row, "evidence": orjson.loads(evidence) if isinstance(evidence, str) else evidence}
+
+
+def _source(m: Any) -> Source:
+    return Source(m.topic, m.partition, m.offset, m.key)

@@ -1,0 +1,15 @@
+"""The shell kit every stream worker is built from.
+
+Shell (I/O): ``faustapp`` (the faust app and its settings), ``topics`` (topic
+bootstrap: made or checked before a worker subscribes), ``store`` (ClickHouse through
+clickhouse-connect or chDB), ``sink`` (batched inserts of an ``Output``), ``restart``
+(the detector snapshots and announced alerts the hang and Minder workers read back),
+``health`` (the status file and its check).
+
+Pure: ``output`` (what a core hands its shell: rows, publications, dead letters,
+where a message came from), ``deadletter`` (one shape for refused messages),
+``acks`` (when a consumed message may be acknowledged; the ops worker's today),
+``settings`` (what every worker's settings hold), ``times``.
+"""
+
+SHELL = ("faustapp", "topics", "store", "sink", "restart", "health")

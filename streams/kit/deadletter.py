@@ -1,0 +1,65 @@
+"""Dead letters: a message a worker refused, with the reason (one shape for every topic).
+
+Each goes to the ``dead_letters`` table (for SQL) and, from the workers, to the
+``<prefix>.dead-letters`` topic (for automation): keyed by job (the message's own key,
+else the job its body names), the value the original bytes untouched, the reason and where the
+message came from in headers (:data:`rankwatch.schemas.topics.DEAD_LETTER_HEADERS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rankwatch.schemas.topics import DEAD_LETTER_HEADERS
+from rankwatch.streams.kit.times import utc
+
+PAYLOAD_BYTES = 4096
+"""How much of a rejected message the row keeps (enough to debug; the topic has it all)."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One refused message, as it goes to the dead-letter topic."""
+
+    key: str
+    data: bytes
+    reason: str
+    detail: str
+    topic: str
+    partition: int
+    offset: int
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        values = (self.reason, self.detail, self.topic, str(self.partition), str(self.offset))
+        return [(name, v.encode()) for name, v in zip(DEAD_LETTER_HEADERS, values, strict=True)]
+
+
+def dead_letter(data: bytes, source: Any, reason: str, detail: str, job: str = "") -> DeadLetter:
+    """``source`` is a :class:`rankwatch.streams.kit.output.Source`; ``job`` the job the
+    body names, when it could be read. Keyed as it was read (the partition's job: a body
+    that names another is the suspect), else by the body's job."""
+    key = (source.key or b"").decode("utf-8", "replace") or job
+    return DeadLetter(
+        key, bytes(data), reason, detail[:1000], source.topic, source.partition, source.offset
+    )
+
+
+def dead_letter_row(
+    data: bytes, source: Any, now_ns: int, reason: str, detail: str
+) -> dict[str, Any]:
+    """``source`` is a :class:`rankwatch.streams.kit.output.Source` (topic, partition,
+    offset, key, broker timestamp). The row's time is the broker's timestamp when known,
+    so a re-delivered bad message gives the same row (the table collapses it)."""
+    stamp = getattr(source, "timestamp_ns", None)
+    return {
+        "time": utc(now_ns if stamp is None else stamp),
+        "topic": source.topic,
+        "partition": source.partition,
+        "offset": source.offset,
+        "key": (source.key or b"").decode("utf-8", "replace"),
+        "reason": reason,
+        "detail": detail[:1000],
+        "payload": data[:PAYLOAD_BYTES].decode("utf-8", "replace"),
+        "payload_bytes": len(data),
+    }

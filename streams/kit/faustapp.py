@@ -1,0 +1,91 @@
+"""What every rankwatch faust app shares: its settings and one workaround.
+
+The ops worker, the hang worker and the Minder worker differ only in their agents;
+their apps are made here so a setting fixed for one (replication on one broker, no
+web server, where a new group starts) is fixed for all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import faust
+
+if TYPE_CHECKING:
+    from rankwatch.streams.kit.output import Publication
+
+log = logging.getLogger("rankwatch.faust")
+
+
+def new_app(
+    group: str,
+    bootstrap: str,
+    partitions: int,
+    offset_reset: str = "earliest",
+    session_timeout_s: float | None = None,
+    **settings: Any,
+) -> faust.App:
+    """A faust app with in-memory state (rankwatch keeps its state in ClickHouse).
+    ``session_timeout_s``: how long a dead worker's partitions wait before they move
+    (heartbeats at a third of it, 3 s at most); None keeps faust's default."""
+    if session_timeout_s is not None:
+        settings["broker_session_timeout"] = session_timeout_s
+        settings["broker_heartbeat_interval"] = min(3.0, session_timeout_s / 3)
+    return faust.App(
+        group,
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        topic_replication_factor=1,
+        topic_partitions=partitions,
+        consumer_auto_offset_reset=offset_reset,
+        **settings,
+    )
+
+
+def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:
+    """Set the aiokafka fetcher's max wait, which faust hard-codes (1,500 ms).
+
+    A caught-up worker otherwise sees a partition's new messages only when the fetch for
+    its idle partitions returns. Reaches into faust's consumer thread and aiokafka's
+    fetcher (private attributes, so call it at every tick: a re-created consumer gets it
+    too); logs once and leaves the default when those are not there (another faust or
+    aiokafka version)."""
+    try:
+        fetcher = app.consumer._thread._consumer._fetcher  # type: ignore[attr-defined]
+    except AttributeError:
+        fetcher = None
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        if not getattr(app, "_rankwatch_fetch_warned", False):
+            log.info("cannot set the fetch max wait (faust/aiokafka internals changed?)")
+            app._rankwatch_fetch_warned = True  # type: ignore[attr-defined]
+        return
+    fetcher._fetch_max_wait_ms = wait_ms
+
+
+def input_topic(app: faust.App, prefix: str, kind: str, partitions: int) -> Any:
+    """The ``<prefix>.<kind>`` topic a worker reads raw bytes from (keys too)."""
+    return app.topic(
+        f"{prefix}.{kind}",
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
+def output_topics(app: faust.App, prefix: str, kinds: Iterable[str]) -> dict[str, Any]:
+    """``<prefix>.<kind>`` topics a worker writes raw bytes to, by kind."""
+    return {
+        kind: app.topic(f"{prefix}.{kind}", key_serializer="raw", value_serializer="raw")
+        for kind in kinds
+    }
+
+
+async def send_all(topics: dict[str, Any], publications: Iterable[Publication]) -> None:
+    """Send each publication to its kind's topic, keyed by job, with its headers."""
+    for pub in publications:
+        await topics[pub.kind].send(key=pub.key.encode(), value=pub.value, headers=pub.headers)

@@ -1,0 +1,29 @@
+"""What every worker's settings hold: where the broker and the store are, its consumer
+group, its topics, its timer and its group session.
+
+Each worker's settings extend :class:`ServiceSettings` with their own section (the
+ops worker's ``WorkerSettings``, ``HangSettings``, ``MinderSettings``) and their own
+group; ``rankwatch.config.service_settings`` fills these fields from the config tree.
+Pure: plain values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    bootstrap: str
+    dsn: str
+    database: str | None = None
+    """None: the DSN's database, else ``rankwatch``."""
+    group: str = "rankwatch-worker"
+    topic_prefix: str = "rankwatch"
+    """Topics are ``<prefix>.<kind>``; tests use a fresh prefix each."""
+    partitions: int = 8
+    """Of the topics the worker creates at start."""
+    tick_s: float = 1.0
+    """How often the worker's timer runs (closing steps, evaluating jobs, storing)."""
+    session_timeout_s: float = 30.0
+    """Kafka group session: how long a killed worker's partitions wait for a successor."""

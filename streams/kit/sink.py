@@ -1,0 +1,88 @@
+"""Batched inserts of pipeline output into ClickHouse.
+
+Rows are buffered per table and inserted in one batch per table. Every table the
+pipeline writes is a ReplacingMergeTree keyed on the row's identity, so a batch
+retried after a failure cannot leave duplicate rows once merged (and ``steps``, the
+row that marks a step as stored, is written last: see below); the caller must not
+commit its input offsets before :meth:`TableSink.flush` returned.
+
+Order of a flush: raw ops, attributions, alerts and dead letters first, ``steps``
+last. After a crash between two inserts a step has no ``steps`` row yet, so the
+restarted worker analyses it again (its other rows are replaced by identical ones),
+never the reverse (a stored step whose ops or attributions are missing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.streams.kit.output import Output
+from rankwatch.streams.kit.store import Store, StoreError
+
+_LAST = ("steps",)
+
+
+class TableSink:
+    def __init__(self, store: Store | None, max_rows: int = 5000, auto_flush: bool = True) -> None:
+        self.store = store
+        self.max_rows = max_rows
+        self.auto_flush = auto_flush
+        """Flush from :meth:`write` when the buffer is full (the embedded runner); a
+        worker flushes itself, to handle failures and acknowledgements in one place."""
+        self._buffer: dict[str, list[dict[str, Any]]] = {}
+        self._ops: list[OpBatch] = []
+        self._op_records = 0
+        self.rows_written: dict[str, int] = {}
+        self.failed_table: str | None = None
+        """The table whose insert raised last (None after a flush that succeeded)."""
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered (op records included)."""
+        return sum(len(rows) for rows in self._buffer.values()) + self._op_records
+
+    @property
+    def full(self) -> bool:
+        return self.pending >= self.max_rows
+
+    def write(self, out: Output) -> None:
+        for table, rows in out.rows.items():
+            self._buffer.setdefault(table, []).extend(rows)
+        self._ops.extend(out.ops)
+        self._op_records += sum(len(b) for b in out.ops)
+        if self.auto_flush and self.full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Insert everything buffered; on failure what is not inserted stays for a retry
+        (:class:`~rankwatch.streams.kit.store.StoreError`, ``transient`` says if waiting helps).
+        A sink without a store yet (still connecting) fails as transient."""
+        if self.store is None:
+            if not self.pending:
+                return
+            raise StoreError("the store is not connected yet", transient=True)
+        if self._ops:
+            self.failed_table = "ops"
+            self.store.insert_ops(self._ops)
+            self._count("ops", self._op_records)
+            self._ops, self._op_records = [], 0
+        first = [t for t in self._buffer if t not in _LAST]
+        for table in first + [t for t in _LAST if t in self._buffer]:
+            rows = self._buffer[table]
+            if rows:
+                self.failed_table = table
+                self.store.insert(table, rows)
+                self._count(table, len(rows))
+            del self._buffer[table]
+        self.failed_table = None
+
+    def drop(self, table: str) -> int:
+        """Give up on a table's buffered rows (the store rejects them for good)."""
+        if table == "ops":
+            n, self._ops, self._op_records = self._op_records, [], 0
+            return n
+        return len(self._buffer.pop(table, []))
+
+    def _count(self, table: str, n: int) -> None:
+        self.rows_written[table] = self.rows_written.get(table, 0) + n

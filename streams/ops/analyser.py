@@ -1,0 +1,115 @@
+"""Live what-if per step: the job's graph cached, ideal costs from a rolling window.
+
+Wraps the online API of :mod:`rankwatch.sim` for the pipeline. Per job it infers
+the dependency model once, from the first complete step, and keeps a window of per-step
+summaries keyed by step number (:class:`~rankwatch.streams.ops.window.StepWindow`): each
+new complete step is put into the window and analysed against the ideal costs of the W
+latest analysed steps up to it. After a restart the worker rebuilds the window from the
+stored ops of the last analysed steps (:meth:`WhatIfAnalyser.restore`), so the numbers
+are those an uninterrupted run gives. A partial step cannot be simulated
+(workers are missing), and a step the model cannot represent is counted with its
+reason, never raised into the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rankwatch.sim import (
+    Analysis,
+    JobMeta,
+    ModelError,
+    OpGraph,
+    Workspace,
+    analyse_measured,
+    infer_graph,
+    measure_trace,
+)
+from rankwatch.sim.analysis import DIMENSIONS, WORTH_ATTRIBUTING
+from rankwatch.sim.ideal import summarise
+from rankwatch.streams.ops.assembly import AssembledStep
+from rankwatch.streams.ops.pipeline import StepAnalysis
+from rankwatch.streams.ops.window import StepWindow
+
+DEFAULT_WINDOW = 20
+"""Steps in the rolling window the ideal costs come from."""
+
+
+@dataclass
+class _JobModel:
+    graph: OpGraph
+    window: StepWindow
+    workspace: Workspace
+
+
+@dataclass
+class WhatIfAnalyser:
+    window: int = DEFAULT_WINDOW
+    unmodelled: dict[str, str] = field(default_factory=dict)
+    """job -> why its steps cannot be simulated (the first reason seen)."""
+    skipped_steps: int = 0
+    _jobs: dict[str, _JobModel] = field(default_factory=dict)
+
+    def analyse(self, step: AssembledStep) -> StepAnalysis | None:
+        if step.partial:
+            return None
+        try:
+            return self._analyse(step)
+        except ModelError as exc:
+            self.skipped_steps += 1
+            self.unmodelled.setdefault(step.job, str(exc))
+            self._jobs.pop(step.job, None)  # re-infer from the next complete step
+            return None
+
+    def restore(self, steps: list[AssembledStep]) -> None:
+        """Refill the windows from steps analysed before a restart (not re-analysed)."""
+        for step in sorted(steps, key=lambda s: s.step):
+            try:
+                model = self._model(step)
+                model.window.put(
+                    step.step, summarise(model.graph, measure_trace(model.graph, step.trace))
+                )
+            except ModelError:
+                self._jobs.pop(step.job, None)
+
+    def forget(self, job: str) -> None:
+        self._jobs.pop(job, None)
+
+    def _model(self, step: AssembledStep) -> _JobModel:
+        model = self._jobs.get(step.job)
+        if model is None:
+            model = self._jobs[step.job] = _JobModel(
+                graph=infer_graph(step.trace, _meta(step)),
+                window=StepWindow(self.window),
+                workspace=Workspace(),
+            )
+        return model
+
+    def _analyse(self, step: AssembledStep) -> StepAnalysis:
+        model = self._model(step)
+        measured = measure_trace(model.graph, step.trace)
+        model.window.put(step.step, summarise(model.graph, measured))
+        ideal = model.window.ideal(step.step)
+        result = analyse_measured(model.graph, measured, ideal, model.workspace)
+        t_sim = float(result.simulated_S[0])
+        t_ideal = float(result.ideal_S[0])
+        return StepAnalysis(
+            t_sim=t_sim,
+            t_ideal=t_ideal,
+            slowdown=t_sim / t_ideal,
+            attributions=_attributions(result) if t_sim / t_ideal >= WORTH_ATTRIBUTING else (),
+        )
+
+
+def _meta(step: AssembledStep) -> JobMeta:
+    dp, pp = step.layout
+    vpp = int(step.trace.mc.max()) + 1 if len(step.trace) else 1
+    return JobMeta(dp_size=dp, pp_size=pp, vpp_size=max(vpp, 1))
+
+
+def _attributions(result: Analysis) -> tuple[tuple[str, str, float], ...]:
+    rows = [(d, group, value) for d in DIMENSIONS for group, value in result.attribution(d).items()]
+    rows += [("worker", w, v) for w, v in result.workers().items()]
+    return tuple((d, g, v) for d, g, v in rows if np.isfinite(v))

@@ -1,0 +1,461 @@
+"""Step assembly: turn per-rank op batches into complete (job, step) traces.
+
+Pure core (numpy, no clock, no I/O): the caller passes ``now_ns`` so that the
+grace period is testable without sleeping, and the same object runs inside the
+faust agent and in the embedded pipeline.
+
+A *worker* is one (dp_rank, stage) pair; tensor/context-parallel peers move in
+lockstep, so only the tp_rank 0 / cp_rank 0 rank of each worker feeds the
+analysis (the others are counted and ignored). A worker has finished a step when
+the batch carrying the step's end arrived (``steps_done`` in the batch, or an
+``optimizer`` op for batches that do not declare it) and, when it declared how
+many ops the step has, that many records arrived. A step is *complete* when every
+expected worker finished it, *partial* when the grace period ran out first.
+
+Idempotence: a batch seen before (same ``OpBatch.delivery_key``: rank, batch_seq and
+first step) is a duplicate and is skipped whole; records repeated across batches
+collapse on (rank, optype, seq_id) when the step is closed. Batches for a step that
+was already closed are *late*: counted, and dropped or (``AssemblyConfig.late =
+"reanalyse"``) filed into one of the job's recently closed *partial* steps, whose
+records are kept for this: when a late batch completes such a step, it closes again,
+complete, and is analysed (its row replaces the partial one). A closed step's records
+come out in one canonical order (by rank, op type, seq_id) whatever order they arrived
+in, so a step rebuilt from the stored ops after a restart is the same array, bit for
+bit, as the live one.
+
+Restarts: :meth:`StepAssembler.restore_closed` marks steps already stored as closed,
+so that re-delivered batches of those steps count as late instead of producing a
+second, partial row.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rankwatch.schemas.codec import OpBatch
+from rankwatch.schemas.optypes import CODE
+from rankwatch.sim.trace import Trace
+
+_OPTIMIZER = CODE["optimizer"]
+LATE_POLICIES = ("drop", "reanalyse")
+_COLUMNS = ("step", "optype", "seq_id", "mb_id", "chunk", "gmc", "start_ns", "duration_ns")
+
+Worker = tuple[int, int]
+"""(dp_rank, stage)"""
+
+
+@dataclass(frozen=True)
+class AssemblyConfig:
+    grace_s: float = 30.0
+    """How long after a step's first batch it is closed as partial if incomplete."""
+    max_open_steps: int = 64
+    """Per job; beyond it the oldest open step is closed as partial (bounded memory)."""
+    closed_memory: int = 4096
+    """How many closed step ids per job are remembered to recognise late batches."""
+    late: str = "drop"
+    """A batch of a closed step: ``drop`` it (counted), or ``reanalyse``: file it into
+    the step if it closed partial not long ago, and close the step again, complete,
+    once every worker is in. Only in memory: a restart forgets the kept steps."""
+    reopen_memory: int = 8
+    """Per job, the latest partial steps kept for late batches (``late = "reanalyse"``)."""
+    step_window: int = 4096
+    """A batch naming a step farther than this from its job's newest accepted step is a
+    dead letter (:mod:`~rankwatch.streams.ops.identity`). At most ``closed_memory``: a step
+    inside the window behind is then always remembered as stored if it was."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.step_window <= self.closed_memory:
+            raise ValueError(
+                f"step_window must be 1..closed_memory ({self.closed_memory}),"
+                f" got {self.step_window}"
+            )
+        if self.late not in LATE_POLICIES:
+            raise ValueError(f"late must be one of {', '.join(LATE_POLICIES)}, got {self.late!r}")
+        if self.reopen_memory < 0:
+            raise ValueError(f"reopen_memory must be >= 0, got {self.reopen_memory}")
+
+
+@dataclass
+class AssemblyCounters:
+    batches_in: int = 0
+    records_in: int = 0
+    duplicate_batches: int = 0
+    duplicate_records: int = 0
+    late_batches: int = 0
+    late_records: int = 0
+    peer_records: int = 0
+    """Records of tp/cp peers (not tp0/cp0), not needed for the analysis."""
+    steps_complete: int = 0
+    steps_partial: int = 0
+    late_kept_batches: int = 0
+    """Late batches filed into a kept partial step (``late = "reanalyse"``)."""
+    steps_reanalysed: int = 0
+    """Partial steps that late batches completed, closed again."""
+
+
+@dataclass(frozen=True)
+class AssembledStep:
+    job: str
+    step: int
+    start_ns: int
+    """Earliest op start of the step: the origin of ``trace.start_ts``."""
+    trace: Trace
+    partial: bool
+    missing_workers: tuple[Worker, ...]
+    layout: tuple[int, int]
+    """(dp_size, pp_size) the step was expected to have."""
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.trace)
+
+    @property
+    def t_base(self) -> float:
+        """Recorded step time: last optimizer end (any op's end if none) after step start."""
+        trace = self.trace
+        ends = trace.start_ts + trace.duration
+        opt = trace.optype == _OPTIMIZER
+        return float(ends[opt].max() if opt.any() else ends.max())
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """One batch's records of one step: its op columns and who sent them (expanded to
+    columns only when the step closes: three ``np.full`` per batch cost more than the
+    rest of filing it)."""
+
+    columns: dict[str, np.ndarray]
+    worker: Worker
+    rank: int
+
+
+@dataclass
+class _OpenStep:
+    first_seen_ns: int
+    chunks: list[_Chunk] = field(default_factory=list)
+    received: dict[Worker, int] = field(default_factory=dict)
+    declared: dict[Worker, int] = field(default_factory=dict)
+    ended: set[Worker] = field(default_factory=set)
+
+    def done_workers(self) -> set[Worker]:
+        return {w for w in self.ended if self.received.get(w, 0) >= self.declared.get(w, 0)}
+
+    def complete(self, expected: frozenset[Worker]) -> bool:
+        # cheap test first: this runs once per batch, the set comprehension per worker
+        return len(self.ended) >= len(expected) and expected <= self.done_workers()
+
+
+@dataclass
+class _Job:
+    layout: tuple[int, int]
+    open: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
+    closed: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    kept: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
+    """Partial steps whose records wait for late batches (``late = "reanalyse"``)."""
+    seen_batches: OrderedDict[tuple[int, int, int], None] = field(default_factory=OrderedDict)
+    expected: frozenset[Worker] = field(init=False)
+
+    def __post_init__(self) -> None:
+        dp, pp = self.layout
+        self.expected = frozenset((d, p) for d in range(dp) for p in range(pp))
+
+
+@dataclass(frozen=True)
+class Added:
+    """What one batch did: the steps it closed, and the still open steps it fed (whose
+    rows do not exist yet, so the batch is not fully stored until they close)."""
+
+    closed: list[AssembledStep]
+    pending: tuple[int, ...]
+    fresh: bool
+    """False for a duplicate batch: nothing of it was kept."""
+    late: frozenset[int] = frozenset()
+    """Steps of the batch that were closed (and stored) already: their records are not
+    stored again."""
+
+
+class StepAssembler:
+    """Collects op batches of many jobs and hands out closed steps."""
+
+    def __init__(self, config: AssemblyConfig | None = None) -> None:
+        self.config = config or AssemblyConfig()
+        self.counters = AssemblyCounters()
+        self._jobs: dict[str, _Job] = {}
+
+    def add(self, batch: OpBatch, now_ns: int) -> list[AssembledStep]:
+        """Take one batch; return the steps it completed (usually none or one)."""
+        return self.add_batch(batch, now_ns).closed
+
+    def add_batch(self, batch: OpBatch, now_ns: int) -> Added:
+        """Take one batch; say what it closed and which open steps it now waits on."""
+        self.counters.batches_in += 1
+        self.counters.records_in += len(batch)
+        job = self._job(batch)
+        if self._is_duplicate(job, batch):
+            self.counters.duplicate_batches += 1
+            self.counters.duplicate_records += len(batch)
+            return Added([], (), fresh=False)
+        late = self._late_steps(job, batch)
+        if batch.tp_rank != 0 or batch.cp_rank != 0:
+            self.counters.peer_records += len(batch)
+            return Added([], (), fresh=True, late=late)
+        worker = (batch.dp_rank, batch.pp_rank)
+        touched = self._file_records(job, batch, worker, now_ns)
+        self._file_step_ends(job, batch, worker, now_ns, touched)
+        done = [s for s in sorted(touched) if s in job.open and job.open[s].complete(job.expected)]
+        closed = [self._close(batch.job, job, s, partial=False) for s in done]
+        closed += self._reclose_completed(batch.job, job, touched)
+        closed += self._evict_overflow(batch.job, job)
+        pending = tuple(s for s in sorted(touched) if s in job.open)
+        return Added(closed, pending, fresh=True, late=late)
+
+    def knows(self, job: str) -> bool:
+        return job in self._jobs
+
+    def restore_closed(self, job: str, layout: tuple[int, int], steps: list[int]) -> None:
+        """Mark ``steps`` of ``job`` as closed (stored before a restart)."""
+        state = self._jobs.get(job)
+        if state is None:
+            state = self._jobs[job] = _Job(layout=layout)
+        for step in sorted(steps):
+            state.open.pop(step, None)
+            state.closed[step] = None
+        while len(state.closed) > self.config.closed_memory:
+            state.closed.popitem(last=False)
+
+    def forget(self, job: str) -> None:
+        """Drop everything about ``job`` (its partition went to another worker)."""
+        self._jobs.pop(job, None)
+
+    def expire(self, now_ns: int) -> list[AssembledStep]:
+        """Close, as partial, every step whose grace period has run out."""
+        grace_ns = int(self.config.grace_s * 1e9)
+        out = []
+        for name, job in self._jobs.items():
+            stale = [s for s, o in job.open.items() if now_ns - o.first_seen_ns >= grace_ns]
+            out += [self._close(name, job, s, partial=True) for s in stale]
+        return out
+
+    def flush(self) -> list[AssembledStep]:
+        """Close every open step now (end of a replay, shutdown)."""
+        out = []
+        for name, job in self._jobs.items():
+            out += [self._close(name, job, s, partial=True) for s in list(job.open)]
+        return out
+
+    def open_steps(self) -> Iterator[tuple[str, int]]:
+        for name, job in self._jobs.items():
+            for step in job.open:
+                yield name, step
+
+    # -- internals ---------------------------------------------------------------
+
+    def _job(self, batch: OpBatch) -> _Job:
+        job = self._jobs.get(batch.job)
+        if job is None:
+            job = self._jobs[batch.job] = _Job(layout=(batch.dp_size, batch.pp_size))
+        return job
+
+    @staticmethod
+    def _late_steps(job: _Job, batch: OpBatch) -> frozenset[int]:
+        """The batch's steps that closed already and wait for no late batch."""
+        if not job.closed:
+            return frozenset()
+        first = int(batch.step[0])
+        if first not in job.closed and bool((batch.step == first).all()):
+            return frozenset()  # the usual batch: one open step
+        steps = set(np.unique(batch.step).tolist())
+        return frozenset(s for s in steps if s in job.closed and s not in job.kept)
+
+    def _is_duplicate(self, job: _Job, batch: OpBatch) -> bool:
+        key = batch.delivery_key
+        if key in job.seen_batches:
+            return True
+        job.seen_batches[key] = None
+        while len(job.seen_batches) > 16 * self.config.closed_memory:
+            job.seen_batches.popitem(last=False)
+        return False
+
+    def _file_records(self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int) -> set[int]:
+        order, uniq, bounds = _group_by_step(batch.step)
+        touched: set[int] = set()
+        for step, lo, hi in zip(uniq.tolist(), bounds[:-1], bounds[1:], strict=True):
+            open_step = self._target(job, step, now_ns)
+            if open_step is None:
+                self.counters.late_batches += 1
+                self.counters.late_records += int(hi - lo)
+                continue
+            if step in job.kept:
+                self.counters.late_kept_batches += 1
+            rows = order[lo:hi] if order is not None else slice(None)
+            columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
+            open_step.chunks.append(_Chunk(columns, worker, batch.rank))
+            open_step.received[worker] = open_step.received.get(worker, 0) + int(hi - lo)
+            if not batch.steps_done and bool((columns["optype"] == _OPTIMIZER).any()):
+                open_step.ended.add(worker)
+            touched.add(step)
+        return touched
+
+    def _file_step_ends(
+        self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int, touched: set[int]
+    ) -> None:
+        for step, n_ops in batch.steps_done:
+            open_step = self._target(job, step, now_ns)
+            if open_step is None:
+                continue
+            open_step.ended.add(worker)
+            open_step.declared[worker] = n_ops
+            touched.add(step)
+
+    def _target(self, job: _Job, step: int, now_ns: int) -> _OpenStep | None:
+        """Where records of ``step`` go: its open step, the kept partial step it closed
+        as (late, re-analysed), or nowhere (late, dropped)."""
+        if step not in job.closed:
+            return self._open(job, step, now_ns)
+        return job.kept.get(step)
+
+    def _reclose_completed(self, name: str, job: _Job, touched: set[int]) -> list[AssembledStep]:
+        out = []
+        for step in sorted(s for s in touched if s in job.kept):
+            if job.kept[step].complete(job.expected):
+                self.counters.steps_reanalysed += 1
+                kept = job.kept.pop(step)
+                out.append(self._assemble(name, job, step, kept, (), count_duplicates=False))
+        return out
+
+    def _open(self, job: _Job, step: int, now_ns: int) -> _OpenStep:
+        open_step = job.open.get(step)
+        if open_step is None:
+            open_step = job.open[step] = _OpenStep(first_seen_ns=now_ns)
+        return open_step
+
+    def _evict_overflow(self, name: str, job: _Job) -> list[AssembledStep]:
+        out = []
+        while len(job.open) > self.config.max_open_steps:
+            oldest = min(job.open)
+            out.append(self._close(name, job, oldest, partial=True))
+        return out
+
+    def _close(self, name: str, job: _Job, step: int, partial: bool) -> AssembledStep:
+        open_step = job.open.pop(step)
+        job.closed[step] = None
+        while len(job.closed) > self.config.closed_memory:
+            job.closed.popitem(last=False)
+        missing = tuple(sorted(job.expected - open_step.done_workers())) if partial else ()
+        if missing:
+            self.counters.steps_partial += 1
+            self._keep(job, step, open_step)
+        else:
+            self.counters.steps_complete += 1
+        return self._assemble(name, job, step, open_step, missing)
+
+    def _keep(self, job: _Job, step: int, open_step: _OpenStep) -> None:
+        if self.config.late != "reanalyse" or self.config.reopen_memory == 0:
+            return
+        job.kept[step] = open_step
+        while len(job.kept) > self.config.reopen_memory:
+            job.kept.popitem(last=False)
+
+    def _assemble(
+        self,
+        name: str,
+        job: _Job,
+        step: int,
+        open_step: _OpenStep,
+        missing: tuple[Worker, ...],
+        count_duplicates: bool = True,
+    ) -> AssembledStep:
+        columns, dups = _merge(_concat(open_step.chunks))
+        if count_duplicates:  # a re-closed step's were counted when it first closed
+            self.counters.duplicate_records += dups
+        return _assembled(name, step, columns, bool(missing), missing, job.layout)
+
+
+def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Row order grouping ``steps`` (None: as they are), the distinct steps, and their
+    group bounds. A batch usually holds one step: no sort then."""
+    if steps.size and steps[0] == steps[-1] and bool((steps == steps[0]).all()):
+        return None, steps[:1], np.array([0, steps.size])
+    order = np.argsort(steps, kind="stable")
+    ordered = steps[order]
+    cut = np.flatnonzero(np.diff(ordered)) + 1
+    bounds = np.concatenate(([0], cut, [ordered.size]))
+    return order, ordered[bounds[:-1]], bounds
+
+
+def _concat(chunks: list[_Chunk]) -> dict[str, np.ndarray]:
+    """The chunks' records as one set of columns, with ``dp_rank``, ``stage`` and ``rank``."""
+    columns = {c: np.concatenate([ch.columns[c] for ch in chunks]) for c in _COLUMNS}
+    sizes = [ch.columns["step"].shape[0] for ch in chunks]
+    ids_CI = np.array([(*ch.worker, ch.rank) for ch in chunks], dtype=np.int64)
+    for i, name in enumerate(("dp_rank", "stage", "rank")):
+        columns[name] = np.repeat(ids_CI[:, i], sizes)
+    return columns
+
+
+def _merge(columns: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """Drop repeated (rank, optype, seq_id) records; the rest in canonical order."""
+    first = _first_of_each_key(columns["rank"], columns["optype"], columns["seq_id"])
+    dups = columns["rank"].size - first.size
+    columns = {c: v[first] for c, v in columns.items()}
+    return columns, int(dups)
+
+
+def _first_of_each_key(rank: np.ndarray, optype: np.ndarray, seq_id: np.ndarray) -> np.ndarray:
+    """Index of the first record of each distinct (rank, optype, seq_id), in key order.
+
+    The three fit one int64 whenever their bit widths add up to 63 or less (ranks and op
+    type codes are small, seq_ids count ops): one 1-D sort, ~10x cheaper than
+    ``np.unique(axis=0)`` on the stacked columns, with the same result (a packed key of
+    non-negative fields orders as the tuple does, and both sorts are stable).
+    """
+    if rank.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    fields = [np.asarray(rank, dtype=np.int64), np.asarray(optype, dtype=np.int64)]
+    fields.append(np.asarray(seq_id, dtype=np.int64))
+    if min(int(f.min()) for f in fields) >= 0:
+        widths = [int(f.max()).bit_length() for f in fields]
+        if sum(widths) <= 63:
+            key = (fields[0] << (widths[1] + widths[2])) | (fields[1] << widths[2]) | fields[2]
+            _, first = np.unique(key, return_index=True)
+            return first
+    _, first = np.unique(np.stack(fields, axis=1), axis=0, return_index=True)
+    return first
+
+
+def step_from_columns(
+    job: str, step: int, columns: dict[str, np.ndarray], layout: tuple[int, int]
+) -> AssembledStep:
+    """A complete step rebuilt from stored records (columns as in an op batch, plus
+    ``dp_rank``, ``stage`` and ``rank``), in the same canonical order as a live one."""
+    merged, _ = _merge(columns)
+    return _assembled(job, step, merged, False, (), layout)
+
+
+def _assembled(
+    job: str,
+    step: int,
+    columns: dict[str, np.ndarray],
+    partial: bool,
+    missing: tuple[Worker, ...],
+    layout: tuple[int, int],
+) -> AssembledStep:
+    start_ns = int(columns["start_ns"].min())
+    trace = Trace(
+        dp_rank=columns["dp_rank"],
+        stage=columns["stage"],
+        rank=columns["rank"],
+        step=columns["step"].astype(np.int64),
+        optype=columns["optype"].astype(np.int8),
+        seq_id=columns["seq_id"].astype(np.int64),
+        mc=columns["chunk"].astype(np.int64),
+        gmc=columns["gmc"].astype(np.int64),
+        mb_id=columns["mb_id"].astype(np.int64),
+        start_ts=(columns["start_ns"] - start_ns) / 1e9,
+        duration=columns["duration_ns"] / 1e9,
+    )
+    return AssembledStep(job, step, start_ns, trace, partial, missing, layout)

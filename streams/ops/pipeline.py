@@ -1,0 +1,361 @@
+"""The ops pipeline: bytes from the wire in, table rows out.
+
+decode -> assemble -> (analyse) -> rows. No I/O and no clock: the faust agent and
+the embedded runner call it with the message bytes, where they came from, and the
+current time, then store what it returns. A message that fails to decode becomes a
+dead-letter row with the reason; nothing raises out of :meth:`Pipeline.on_message`
+for bad input.
+
+Every call says which open steps the message still feeds (``Output.pending``): a
+consumer must not commit the message's offset before those steps closed and their rows,
+and the rows of this call, are stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
+from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.sim import waste_of
+from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
+from rankwatch.streams.kit.output import Output, Source, alert_row
+from rankwatch.streams.kit.times import utc
+from rankwatch.streams.ops.alerts import Alert, StragglerAlerts
+from rankwatch.streams.ops.assembly import AssembledStep, AssemblyConfig, StepAssembler
+from rankwatch.streams.ops.identity import Coordinates, JobIdentities
+from rankwatch.streams.ops.jobs import JobBook
+from rankwatch.streams.slowdown.detector import SlowdownDetector
+from rankwatch.streams.slowdown.signals import RankStep, Signals, step_signals
+
+MAX_OPEN_RANK_STEPS = 100_000
+"""Rank summaries held for steps not closed yet; past it the oldest steps' go."""
+
+
+@dataclass(frozen=True)
+class StepAnalysis:
+    """What the what-if engine adds to a step row (None when not analysed)."""
+
+    t_sim: float
+    t_ideal: float
+    slowdown: float
+    attributions: tuple[tuple[str, str, float], ...] = ()
+    """(dimension, group, S_g) rows: dimension in optype | dp_rank | stage | worker."""
+
+
+class StepAnalyser(Protocol):
+    """The seam for the what-if engine: one closed step in, its analysis out."""
+
+    def analyse(self, step: AssembledStep) -> StepAnalysis | None: ...
+
+
+@dataclass
+class Pipeline:
+    assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    analyser: StepAnalyser | None = None
+    alerts: StragglerAlerts | None = None
+    max_message_bytes: int = DEFAULT_MAX_BYTES
+    """Larger messages are dead letters (reason ``too-large``)."""
+    keep_ops: bool = False
+    """Also emit the accepted op batches for the raw ``ops`` table (``Output.ops``)."""
+    slowdown: SlowdownDetector | None = field(default_factory=SlowdownDetector)
+    """Signals the what-if cannot see, from ops v2 ``rank_steps`` (None: off)."""
+    rank_steps_late: int = 0
+    """Rank summaries that came after their step closed (not judged)."""
+    dead_letters: int = 0
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
+    steps_analysed: int = 0
+
+    def __post_init__(self) -> None:
+        self.assembler = StepAssembler(self.assembly)
+        self.jobs = JobBook()
+        self.identity = JobIdentities(step_window=self.assembly.step_window)
+        self._stored_batches: dict[str, set[tuple[int, int, int]]] = {}
+        self._rank_steps: dict[tuple[str, int], list[RankStep]] = {}
+
+    def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
+        """One op-batch message; bad input becomes a dead-letter row, never an exception."""
+        try:
+            batch = decode_ops(data, max_bytes=self.max_message_bytes)
+        except InvalidMessage as exc:
+            return self._dead_letter(data, source, now_ns, exc.reason, exc.detail)
+        return self.on_batch(batch, data, source, now_ns)
+
+    def on_batch(self, batch: OpBatch, data: bytes, source: Source, now_ns: int) -> Output:
+        """One decoded batch (``data`` is its message, for a dead letter). A batch that
+        contradicts its job's identity is a dead letter and changes nothing."""
+        rejected = self.identity.check(batch, source.key)
+        if rejected is not None:
+            return self._dead_letter(
+                data, source, now_ns, rejected.reason, rejected.detail, batch.job
+            )
+        try:
+            added = self.assembler.add_batch(batch, now_ns)
+        except (ValueError, TypeError) as exc:  # values the schema cannot express
+            return self._dead_letter(data, source, now_ns, "bad-value", str(exc), batch.job)
+        if added.fresh:
+            self.identity.accept(batch)
+            self.jobs.observe(batch)
+            self._keep_rank_steps(batch, added.late)
+        out = self._rows_for(added.closed, now_ns)
+        out.pending = tuple((batch.job, step) for step in added.pending)
+        if added.fresh and self.keep_ops and not self._stored_before(batch):
+            kept = _without_steps(batch, added.late) if added.late else batch
+            if kept is not None:
+                out.ops.append(kept)
+        return out
+
+    def _keep_rank_steps(self, batch: OpBatch, late: frozenset[int]) -> None:
+        """Hold the batch's step summaries until their steps close (all ranks in)."""
+        if self.slowdown is None or not batch.rank_steps:
+            return
+        for item in batch.rank_steps:
+            if item["step"] in late:
+                self.rank_steps_late += 1
+                continue
+            rs = RankStep(batch.job, batch.rank, batch.host, batch.dp_rank, batch.pp_rank, item)
+            self._rank_steps.setdefault((batch.job, rs.step), []).append(rs)
+        if sum(len(v) for v in self._rank_steps.values()) > MAX_OPEN_RANK_STEPS:
+            del self._rank_steps[min(self._rank_steps, key=lambda k: k[1])]
+
+    def _signals(self, step: AssembledStep, now_ns: int, out: Output) -> None:
+        """The step's per-rank signals, their rows, and the alerts they change."""
+        held = self._rank_steps.pop((step.job, step.step), None)
+        if self.slowdown is None or not held:
+            return
+        latest = {rs.rank: rs for rs in held}  # a repeated batch: its last copy counts
+        signals = step_signals(list(latest.values()))
+        open_now, alerts = self.slowdown.observe(signals)
+        for s in signals:
+            message = signals_message(s, open_now.get(s.rank, []))
+            out.add("rank_signals", CONTRACTS["rank_signals"].row(message, version=now_ns))
+            out.messages.append(("signals", step.job, message))
+        for alert in alerts:
+            out.add("alerts", alert_row(alert.message()))
+            out.messages.append(("alerts", alert.job, alert.message()))
+
+    def _stored_before(self, batch: OpBatch) -> bool:
+        """Whether the batch's records were stored before a restart (see JobHistory)."""
+        stored = self._stored_batches.get(batch.job)
+        if not stored:
+            return False
+        # Any of its steps will do: a step closed before the restart was left out of
+        # what was stored, and the batch's first step may be that one.
+        keys = {(batch.rank, batch.batch_seq, s) for s in np.unique(batch.step).tolist()}
+        if stored.isdisjoint(keys):
+            return False
+        stored.difference_update(keys)
+        return True
+
+    def precheck(self, batch: OpBatch, key: bytes | None) -> bool:
+        """Whether ``batch`` passes the identity rules that need no job state (a batch
+        that fails them must not make a worker restore the job it names)."""
+        if self.knows(batch.job):
+            return True
+        return self.identity.check(batch, key) is None
+
+    def knows(self, job: str) -> bool:
+        return self.assembler.knows(job)
+
+    def restore(self, job: str, layout: tuple[int, int], history: JobHistory) -> None:
+        """State of a job this process has not seen, from what was stored before (a
+        restart or a partition moved here): its closed steps are late from now on, its
+        windows hold its latest analysed steps, its open alert stays open, its jobs row
+        keeps when it was first seen and on which hosts."""
+        layout = history.layout or layout
+        self.assembler.restore_closed(job, layout, history.closed_steps)
+        newest = max(history.closed_steps) if history.closed_steps else None
+        self.identity.restore(job, layout, newest, history.coordinates)
+        self._stored_batches[job] = set(history.stored_batches)
+        if history.first_seen_ns is not None:
+            self.jobs.restore(job, history.first_seen_ns, history.hosts)
+        restore = getattr(self.analyser, "restore", None)
+        if restore is not None:
+            restore(history.analysed)
+        if self.alerts is not None:
+            self.alerts.restore(job, history.slowdowns, history.open_alert, history.leaders)
+        if self.slowdown is not None:
+            self.slowdown.restore(history.signals, history.slowdown_alerts)
+
+    def forget(self, job: str) -> None:
+        """Drop a job's state (its partition was revoked from this worker)."""
+        self.assembler.forget(job)
+        self.jobs.forget(job)
+        self.identity.forget(job)
+        self._stored_batches.pop(job, None)
+        for key in [k for k in self._rank_steps if k[0] == job]:
+            del self._rank_steps[key]
+        if self.slowdown is not None:
+            self.slowdown.forget(job)
+        forget = getattr(self.analyser, "forget", None)
+        if forget is not None:
+            forget(job)
+        if self.alerts is not None:
+            self.alerts.forget(job)
+
+    def on_tick(self, now_ns: int) -> Output:
+        """Close steps whose grace period ran out (call every second or so)."""
+        return self._rows_for(self.assembler.expire(now_ns), now_ns)
+
+    def flush(self, now_ns: int) -> Output:
+        """Close every open step (end of replay or shutdown)."""
+        out = self._rows_for(self.assembler.flush(), now_ns)
+        for row in self.jobs.unwritten():
+            out.add("jobs", row)
+        return out
+
+    def _rows_for(self, closed: list[AssembledStep], now_ns: int) -> Output:
+        out = Output()
+        for step in sorted(closed, key=lambda s: (s.job, s.step)):
+            analysis = self.analyser.analyse(step) if self.analyser else None
+            message = step_message(step, analysis)
+            out.add("steps", step_row(message, now_ns))
+            for dimension, group, value in analysis.attributions if analysis else ():
+                out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
+            out.steps.append(step)
+            out.messages.append(("steps", step.job, message))
+            self._signals(step, now_ns, out)
+            job_row = self.jobs.due(step)
+            if job_row is not None:
+                out.add("jobs", job_row)
+            if analysis is not None:
+                self.steps_analysed += 1
+                self._alert(step, analysis, out)
+        return out
+
+    def _alert(self, step: AssembledStep, analysis: StepAnalysis, out: Output) -> None:
+        if self.alerts is None:
+            return
+        top = max(analysis.attributions, key=lambda a: a[2]) if analysis.attributions else None
+        alert = self.alerts.observe(
+            step.job, step.step, step.start_ns, analysis.slowdown, top, leaders(analysis)
+        )
+        if alert is not None:
+            out.add("alerts", alert_row(alert.message()))
+            out.messages.append(("alerts", alert.job, alert.message()))
+
+    def _dead_letter(
+        self, data: bytes, source: Source, now_ns: int, reason: str, detail: str, job: str = ""
+    ) -> Output:
+        self.dead_letters += 1
+        self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
+        out = Output()
+        out.add("dead_letters", dead_letter_row(data, source, now_ns, reason, detail))
+        out.dead_letters.append(dead_letter(data, source, reason, detail, job))
+        return out
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """What the store remembers of a job, for :meth:`Pipeline.restore`."""
+
+    closed_steps: list[int] = field(default_factory=list)
+    analysed: list[AssembledStep] = field(default_factory=list)
+    """The latest complete, analysed steps, rebuilt from the stored ops."""
+    slowdowns: dict[int, float] = field(default_factory=dict)
+    last_alert: Alert | None = None
+    """The job's latest stored straggler alert (firing: its episode is still open)."""
+    first_seen_ns: int | None = None
+    """From the job's stored ``jobs`` rows (None when there are none)."""
+    hosts: frozenset[str] = frozenset()
+    layout: tuple[int, int] | None = None
+    """(dp_size, pp_size) of the job's stored ``jobs`` row: its identity outlives the
+    process (None when there is no row yet)."""
+    coordinates: dict[int, Coordinates] = field(default_factory=dict)
+    """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
+    leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
+    """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
+    signals: list[tuple[list[Signals], dict[int, list[str]]]] = field(default_factory=list)
+    """The latest stored steps' slowdown signals, oldest first, each with the kinds open
+    per rank (``rank_signals.anomalies``): the slowdown detector's history."""
+    slowdown_alerts: list[dict[str, Any]] = field(default_factory=list)
+    """The job's slowdown alerts whose latest stored state is firing (alert messages)."""
+    stored_batches: frozenset[tuple[int, int, int]] = frozenset()
+    """(rank, batch_seq, step) of the records stored for steps not closed yet: a batch
+    re-read after a restart that matches one of them (same rank and batch_seq, one of
+    its steps) feeds its steps but is not stored again."""
+
+    @property
+    def open_alert(self) -> str | None:
+        alert = self.last_alert
+        return alert.alert_id if alert is not None and alert.state == "firing" else None
+
+
+def leaders(analysis: StepAnalysis) -> dict[str, tuple[str, float]]:
+    """The top group (largest S_g) of each dimension of a step's attributions, with S_g."""
+    best: dict[str, tuple[str, float]] = {}
+    for dimension, group, value in analysis.attributions:
+        if dimension not in best or value > best[dimension][1]:
+            best[dimension] = (group, value)
+    return best
+
+
+def step_row(message: dict[str, Any], now_ns: int) -> dict[str, Any]:
+    """The ``steps`` row of a step's message (:func:`step_message`), as the table's
+    contract says (``schemas/tables.py``): ``time`` the step's start as a DateTime,
+    ``partial`` as 0 or 1, when it was analysed as bookkeeping."""
+    row = CONTRACTS["steps"].row(message, analysed_at=utc(now_ns), version=now_ns)
+    row["time"] = utc(message["start_ns"])
+    row["partial"] = int(message["partial"])
+    return row
+
+
+def step_message(step: AssembledStep, analysis: StepAnalysis | None) -> dict[str, Any]:
+    """The ``rankwatch.steps`` message of a closed step (see steps.v1.schema.json)."""
+    top = None
+    if analysis and analysis.attributions:
+        dimension, group, value = max(analysis.attributions, key=lambda a: a[2])
+        top = {"dimension": dimension, "group": group, "slowdown": value}
+    slowdown = analysis.slowdown if analysis else None
+    return {
+        "schema": "steps",
+        "version": 1,
+        "job": step.job,
+        "step": step.step,
+        "start_ns": step.start_ns,
+        "t_base": step.t_base,
+        "t_sim": analysis.t_sim if analysis else None,
+        "t_ideal": analysis.t_ideal if analysis else None,
+        "slowdown": slowdown,
+        "waste": None if slowdown is None else waste_of(slowdown),
+        "partial": step.partial,
+        "missing_workers": [f"{d},{p}" for d, p in step.missing_workers],
+        "n_ops": step.n_ops,
+        "top_attribution": top,
+    }
+
+
+def signals_message(s: Signals, anomalies: list[str]) -> dict[str, Any]:
+    """The ``rankwatch.signals`` message of one rank's step (see signals.v1.schema.json)."""
+    fields = dict(vars(s))
+    fields["v_inter"] = min(1.0, max(0.0, s.v_inter))
+    fields["v_minority"] = min(1.0, max(0.0, s.v_minority))
+    return {"schema": "signals", "version": 1, **fields, "anomalies": anomalies}
+
+
+def attribution_row(
+    step: AssembledStep, dimension: str, group: str, value: float, now_ns: int
+) -> dict[str, Any]:
+    return {
+        "job": step.job,
+        "step": step.step,
+        "time": utc(step.start_ns),
+        "dimension": dimension,
+        "group": group,
+        "slowdown": value,
+        "version": now_ns,
+    }
+
+
+def _without_steps(batch: OpBatch, steps: frozenset[int]) -> OpBatch | None:
+    """``batch`` less its records of ``steps`` (late: their step is stored already, so
+    storing them again would double the raw ``ops`` rows); None when nothing is left."""
+    keep = ~np.isin(batch.step, np.fromiter(steps, dtype=np.int64, count=len(steps)))
+    if not keep.any():
+        return None
+    columns: dict[str, Any] = {name: column[keep] for name, column in batch.columns().items()}
+    return replace(batch, **columns)
