@@ -25,20 +25,13 @@ from typing import Any
 import faust
 import orjson
 
-from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.hang.detector import Episode, HangConfig
 from rankwatch.streams.hang.service import HangService, episode_from_alert
+from rankwatch.streams.kit.delivery import Delivery, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
-from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Publication, Source
-from rankwatch.streams.kit.restart import (
-    announced_row,
-    deliver,
-    load_snapshot,
-    snapshot_row,
-    unannounced,
-)
+from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source
+from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.settings import ServiceSettings
-from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store, StoreError
 
 log = logging.getLogger("rankwatch.hang")
@@ -63,7 +56,12 @@ class HangSettings(ServiceSettings):
 
 
 class HangState:
-    """The service, the rows not yet stored and the alerts waiting for them."""
+    """The service and its delivery (store, then publish: :mod:`~rankwatch.streams.kit.delivery`).
+
+    The hang worker never pauses its input for back-pressure, unlike the ops and Minder
+    workers: a worker that stopped reading heartbeats would find every rank silent. What
+    it buffers while the store is down is small (hang episodes, stack dumps, alerts).
+    """
 
     def __init__(
         self,
@@ -73,68 +71,46 @@ class HangState:
     ) -> None:
         self.settings = settings
         self.service = HangService(settings.hang, recall=self._recall)
-        self.sink = TableSink(store, auto_flush=False)
+        self.delivery = Delivery(
+            (lambda: store) if store is not None else self._connect,
+            record_sent=True,
+            wall_ns=clock,
+        )
         self.clock = clock
-        self.alerts: list[Publication] = []
-        """Alerts and dead letters whose rows are buffered, published after the flush."""
         self.restored_episodes = 0
         self.reannounced = 0
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
-        self._keep(self.service.on_heartbeat(value, source, self.clock()))
+        self.delivery.write(self.service.on_heartbeat(value, source, self.clock()))
 
     def on_stacks(self, value: bytes, source: Source) -> None:
-        self._keep(self.service.on_stacks(value, source, self.clock()))
+        self.delivery.write(self.service.on_stacks(value, source, self.clock()))
 
-    def on_tick(self) -> list[Publication]:
-        """Evaluate, store; the alerts and dead letters that may now be published."""
-        self._keep(self.service.on_tick(self.clock()))
-        self.sink.write(self._snapshots())
-        try:
-            if self.sink.store is None and self.sink.pending:
-                self.sink.store = self._connect()
-            self.sink.flush()
-        except StoreError as exc:
-            log.warning("hang rows not stored yet (%s); alerts held back", exc)
-            return []
-        ready, self.alerts = self.alerts, []
-        return ready
-
-    def sent(self, publications: list[Publication]) -> None:
-        """These were delivered: record the alerts among them at once (a store that
-        fails keeps the record for the next tick; a kill before it is stored makes
-        the restarted worker send them again)."""
-        now, out = self.clock(), Output()
-        for pub in (p for p in publications if p.kind == "alerts"):
-            out.add("announced", announced_row(decode("alerts", pub.value), now))
-        if not out.rows:
-            return
-        self.sink.write(out)
-        try:
-            self.sink.flush()
-        except StoreError as exc:
-            log.warning("sent alerts not recorded yet (%s)", exc)
-            return
-        log.info("%d alert states sent and recorded", len(out.rows["announced"]))
+    def on_tick(self) -> bool:
+        """Evaluate the jobs and store their rows; True when everything is stored (its
+        alerts and dead letters may then be published)."""
+        self.delivery.write(self.service.on_tick(self.clock()))
+        self.delivery.write(self._snapshots())
+        return self.delivery.flush()
 
     def _recall(self, job: str) -> tuple[Episode | None, list[float]]:
         """The job's open episode and step times as stored; its unsent alert states
         queued for sending. A store that cannot answer leaves the job unrecalled
         (logged): it starts afresh."""
         try:
-            if self.sink.store is None:
-                self.sink.store = self._connect()
-            stored = unannounced(self.sink.store, job, "hang")
-            latest = self.sink.store.query(_LATEST_HANG, {"job": job})
-            baseline = load_snapshot(self.sink.store, job, DETECTOR) or {"step_times": []}
+            store = self.delivery.store()
+            stored = unannounced(store, job, "hang")
+            latest = store.query(_LATEST_HANG, {"job": job})
+            baseline = load_snapshot(store, job, DETECTOR) or {"step_times": []}
         except StoreError as exc:
             log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
             return None, []
         self._baselines[job] = (tuple(baseline["step_times"]), self.clock())
         self.reannounced += len(stored)
-        self.alerts += [Publication("alerts", job, encode("alerts", a)) for a in stored]
+        for alert in stored:
+            self.delivery.announce("alerts", job, alert)
         episode = episode_from_alert(_alert_message(latest[0])) if latest else None
         self.restored_episodes += episode is not None
         what = f"episode {episode.episode_id} open" if episode else "no open episode"
@@ -154,15 +130,8 @@ class HangState:
                 self._baselines[job] = (times, now)
         return out
 
-    def _keep(self, out: Output) -> None:
-        self.sink.write(out)
-        self.alerts += [Publication(kind, key, encode(kind, m)) for kind, key, m in out.messages]
-        self.alerts += [Publication.of_dead_letter(d) for d in out.dead_letters]
-
     def _connect(self) -> Store:
-        store = Store.connect(self.settings.dsn, database=self.settings.database)
-        store.migrate()
-        return store
+        return Store.connect(self.settings.dsn, database=self.settings.database)
 
 
 def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
@@ -193,13 +162,8 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
-        ready = state.on_tick()
-        try:
-            await deliver(out_topics, ready)
-        except Exception:
-            state.alerts[:0] = ready  # stored, not known to be sent: the next tick tries again
-            raise
-        state.sent(ready)
+        state.on_tick()
+        await publish(state.delivery, out_topics)
 
     return app, state
 

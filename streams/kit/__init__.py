@@ -2,7 +2,9 @@
 
 Shell (I/O): ``faustapp`` (the faust app and its settings), ``topics`` (topic
 bootstrap: made or checked before a worker subscribes), ``store`` (ClickHouse through
-clickhouse-connect or chDB), ``sink`` (batched inserts of an ``Output``), ``restart``
+clickhouse-connect or chDB), ``sink`` (batched inserts of an ``Output``), ``delivery``
+(store, then publish: retry with backoff, back-pressure, the send and its record; every
+worker's guarantees), ``restart``
 (the detector snapshots and announced alerts the hang and Minder workers read back),
 ``health`` (the status file and its check).
 
@@ -12,4 +14,4 @@ where a message came from), ``deadletter`` (one shape for refused messages),
 ``settings`` (what every worker's settings hold), ``times``.
 """
 
-SHELL = ("faustapp", "topics", "store", "sink", "restart", "health")
+SHELL = ("faustapp", "topics", "store", "sink", "delivery", "restart", "health")

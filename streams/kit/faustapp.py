@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faust
-
-if TYPE_CHECKING:
-    from rankwatch.streams.kit.output import Publication
 
 log = logging.getLogger("rankwatch.faust")
 
@@ -83,9 +80,3 @@ def output_topics(app: faust.App, prefix: str, kinds: Iterable[str]) -> dict[str
         kind: app.topic(f"{prefix}.{kind}", key_serializer="raw", value_serializer="raw")
         for kind in kinds
     }
-
-
-async def send_all(topics: dict[str, Any], publications: Iterable[Publication]) -> None:
-    """Send each publication to its kind's topic, keyed by job, with its headers."""
-    for pub in publications:
-        await topics[pub.kind].send(key=pub.key.encode(), value=pub.value, headers=pub.headers)

@@ -12,12 +12,11 @@ between the send and the record of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from rankwatch.streams.kit.output import Publication
 from rankwatch.streams.kit.store import Store
 from rankwatch.streams.kit.times import utc
 
@@ -72,17 +71,6 @@ def announced_row(alert: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
         "state": alert["state"],
         "time": utc(now_ns),
     }
-
-
-async def deliver(topics: Mapping[str, Any], publications: Iterable[Publication]) -> None:
-    """Send each publication to its kind's faust topic and wait until the broker has
-    them all: only a delivered alert may be recorded in ``announced``."""
-    futures = [
-        await topics[p.kind].send(key=p.key.encode(), value=p.value, headers=p.headers)
-        for p in publications
-    ]
-    for future in futures:
-        await future
 
 
 def _message(row: Mapping[str, Any]) -> dict[str, Any]:

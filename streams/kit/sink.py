@@ -20,7 +20,9 @@ from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.output import Output
 from rankwatch.streams.kit.store import Store, StoreError
 
-_LAST = ("steps",)
+_LAST = ("steps", "detector_state")
+"""Rows that mark progress (a stored step; a detector's snapshot, which lets its
+messages be acknowledged): written after the rows they vouch for."""
 
 
 class TableSink:

@@ -20,6 +20,7 @@ states stored but not recorded as sent are sent again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -31,17 +32,12 @@ from typing import Any
 import faust
 import numpy as np
 
-from rankwatch.schemas.codec import InvalidMessage, decode, encode
-from rankwatch.streams.kit.deadletter import DeadLetter, dead_letter, dead_letter_row
+from rankwatch.schemas.codec import InvalidMessage, decode
+from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
+from rankwatch.streams.kit.delivery import Delivery, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
-from rankwatch.streams.kit.output import DEAD_LETTERS, Publication, Source, alert_row
-from rankwatch.streams.kit.restart import (
-    announced_row,
-    deliver,
-    load_snapshot,
-    snapshot_row,
-    unannounced,
-)
+from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
+from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.minder.detector import MinderModel
@@ -101,7 +97,8 @@ def load_model(path: str) -> MinderModel | None:
 
 
 class MinderState:
-    """Monitors of the jobs this worker owns, and the store they write to."""
+    """Monitors of the jobs this worker owns, and their delivery (store, then publish:
+    :mod:`~rankwatch.streams.kit.delivery`)."""
 
     def __init__(
         self,
@@ -112,21 +109,16 @@ class MinderState:
         self.settings = settings
         self.model = load_model(settings.model_path)
         self.monitors: dict[str, JobMonitor] = {}
-        self._store = store
-        self.pending: dict[str, list[dict[str, Any]]] = {}
+        self.delivery = Delivery(
+            (lambda: store) if store is not None else self._connect, record_sent=True
+        )
         self.dead_letters = 0
-        self.dead_outbox: list[DeadLetter] = []
-        """Refused messages whose rows wait to be stored, then go to the dead-letter topic."""
-        self._dead_ready: list[DeadLetter] = []
         self.unacked: dict[str, list[tuple[Token, int]]] = {}
         """job -> (token, sample ts_ns) of messages no stored snapshot covers yet"""
         self.settled: list[Token] = []
-        """Tokens to acknowledge once the pending rows are stored."""
+        """Tokens to acknowledge once the buffered rows are stored."""
         self.acks: list[Token] = []
         """Tokens whose messages are covered by stored rows: the shell acknowledges them."""
-        self.outbox: list[dict[str, Any]] = []
-        """Alerts to publish once the pending rows are stored (with the stored alert
-        states never recorded as sent, found when a job was recalled)."""
         self.covered_ns: dict[str, int] = {}
         """job -> end of the window its recalled snapshot was taken at: messages up to
         it are in that snapshot, or were not needed by it."""
@@ -134,13 +126,6 @@ class MinderState:
         self.clock = clock
         self.heard: dict[str, float] = {}
         """job -> when its latest message came (this worker's clock, seconds)"""
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            self._store = Store.connect(self.settings.dsn, database=self.settings.database)
-            self._store.migrate()
-        return self._store
 
     def on_message(
         self,
@@ -154,12 +139,7 @@ class MinderState:
         try:
             msg = decode("metrics", value)
         except InvalidMessage as exc:
-            self.dead_letters += 1
-            source = Source(topic, partition, offset, key)
-            self.pending.setdefault("dead_letters", []).append(
-                dead_letter_row(value, source, time.time_ns(), exc.reason, exc.detail)
-            )
-            self.dead_outbox.append(dead_letter(value, source, exc.reason, exc.detail))
+            self._refuse(value, Source(topic, partition, offset, key), exc)
             self._settle(token)
             return
         monitor = self.monitors.get(msg["job"]) or self._meet(msg["job"])
@@ -174,48 +154,40 @@ class MinderState:
             self.unacked.setdefault(msg["job"], []).append((token, msg["ts_ns"]))
         self.heard[msg["job"]] = self.clock()
 
-    def on_tick(self) -> list[tuple[str, bytes]]:
-        """Evaluate every job, store the rows (snapshots last), return the alerts to
-        publish (job, bytes); :attr:`acks` then holds what the stored rows cover. A
-        store that fails keeps rows, alerts and acknowledgements for the next tick."""
+    def on_tick(self) -> bool:
+        """Evaluate every job and store the rows (snapshots last); True when everything is
+        stored: :attr:`acks` then holds what the stored rows cover, and the alerts may be
+        published. A store that fails keeps rows, alerts and acknowledgements for the next
+        tick."""
         for job, monitor in self.monitors.items():
             before = monitor.next_end_ns
-            out: MonitorOutput = monitor.evaluate()
-            for table, rows in out.rows.items():
-                self.pending.setdefault(table, []).extend(rows)
-            self.pending.setdefault("alerts", []).extend(alert_row(a) for a in out.alerts)
-            self.outbox.extend(out.alerts)
+            result: MonitorOutput = monitor.evaluate()
+            out = Output(rows={t: list(rows) for t, rows in result.rows.items()})
+            for alert in result.alerts:
+                out.add("alerts", alert_row(alert))
+                out.messages.append(("alerts", job, alert))
             if monitor.next_end_ns != before:
-                self._snapshot(job, monitor)
+                self._snapshot(job, monitor, out)
+            self.delivery.write(out)
         self._release_idle()
-        tables = [t for t, rows in self.pending.items() if rows and t != "detector_state"]
-        for table in [*tables, "detector_state"]:  # a snapshot only after its rows
-            if self.pending.get(table):
-                self.store.insert(table, self.pending[table])
-            self.pending.pop(table, None)
+        if not self.delivery.flush():
+            return False
         self.acks += self.settled
-        self._dead_ready += self.dead_outbox
-        self.dead_outbox = []
-        alerts, self.outbox, self.settled = self.outbox, [], []
-        return [(a["job"], encode("alerts", a)) for a in alerts]
-
-    def sent(self, alerts: list[tuple[str, bytes]]) -> None:
-        """These alerts are on the broker: record them (a kill before the record is
-        stored makes the next worker send them again)."""
-        now = time.time_ns()
-        rows = [announced_row(decode("alerts", value), now) for _, value in alerts]
-        if rows:
-            self.store.insert("announced", rows)
-            log.info("%d alert states sent and recorded", len(rows))
-
-    def take_dead_letters(self) -> list[Publication]:
-        """Dead letters whose rows are stored, for ``<prefix>.dead-letters``."""
-        ready, self._dead_ready = self._dead_ready, []
-        return [Publication.of_dead_letter(d) for d in ready]
+        self.settled = []
+        return True
 
     def take_acks(self) -> list[Token]:
         acks, self.acks = self.acks, []
         return acks
+
+    def _refuse(self, value: bytes, source: Source, exc: InvalidMessage) -> None:
+        """A message that is not a metrics sample: a dead letter, for the table and the
+        dead-letter topic."""
+        self.dead_letters += 1
+        reason, detail = exc.reason, exc.detail
+        out = Output(dead_letters=[dead_letter(value, source, reason, detail)])
+        out.add("dead_letters", dead_letter_row(value, source, time.time_ns(), reason, detail))
+        self.delivery.write(out)
 
     def _release_idle(self) -> None:
         """A job silent for two windows and strides is not evaluated again until it
@@ -234,15 +206,12 @@ class MinderState:
         if token is not None:
             self.settled.append(token)
 
-    def _snapshot(self, job: str, monitor: JobMonitor) -> None:
-        """Queue the monitor's snapshot; the messages it covers are acknowledged once
-        it is stored."""
+    def _snapshot(self, job: str, monitor: JobMonitor, out: Output) -> None:
+        """Add the monitor's snapshot to ``out`` (stored after the other rows); the
+        messages it covers are acknowledged once it is stored."""
         assert monitor.next_end_ns is not None
         end = monitor.next_end_ns - self.settings.online.stride_s * NS
-        state = monitor_state(monitor, end)
-        self.pending.setdefault("detector_state", []).append(
-            snapshot_row(job, DETECTOR, end, state)
-        )
+        out.add("detector_state", snapshot_row(job, DETECTOR, end, monitor_state(monitor, end)))
         waiting = self.unacked.get(job, [])
         self.unacked[job] = [(t, ts) for t, ts in waiting if ts > end]
         self.settled += [t for t, ts in waiting if ts <= end]
@@ -251,12 +220,14 @@ class MinderState:
         """A new monitor for a job first met, restored from its latest snapshot."""
         monitor = self.monitors[job] = JobMonitor(job, self.settings.online, self.model)
         try:
-            state = load_snapshot(self.store, job, DETECTOR)
-            resend = unannounced(self.store, job, "faulty_machine")
+            store = self.delivery.store()
+            state = load_snapshot(store, job, DETECTOR)
+            resend = unannounced(store, job, "faulty_machine")
         except StoreError as exc:
             log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
             return monitor
-        self.outbox += resend
+        for alert in resend:
+            self.delivery.announce("alerts", job, alert)
         if state is not None:
             restore_monitor(monitor, state)
             self.covered_ns[job] = state["evaluated_end_ns"]
@@ -266,6 +237,9 @@ class MinderState:
             job, "snapshot" if state else "no snapshot", len(monitor.episodes), len(resend),
         )  # fmt: skip
         return monitor
+
+    def _connect(self) -> Store:
+        return Store.connect(self.settings.dsn, database=self.settings.database)
 
 
 def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
@@ -285,18 +259,14 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         async for event in stream.noack().events():
             m = event.message
             state.on_message(event.value, m.topic, m.partition, m.offset, token=event, key=m.key)
+            while state.delivery.full:  # back-pressure: the timer stores, then we read on
+                await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
-        ready = state.on_tick()
+        state.on_tick()
         for event in state.take_acks():
             event.ack()
-        try:
-            await deliver(topics, [Publication("alerts", job, value) for job, value in ready])
-        except Exception:
-            state.outbox[:0] = [decode("alerts", value) for _, value in ready]  # the next tick
-            raise
-        state.sent(ready)
-        await deliver(topics, state.take_dead_letters())
+        await publish(state.delivery, topics)
 
     return app, state

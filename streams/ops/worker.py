@@ -18,13 +18,8 @@ from typing import Any
 import faust
 import orjson
 
-from rankwatch.streams.kit.faustapp import (
-    input_topic,
-    new_app,
-    output_topics,
-    send_all,
-    shorten_fetch_wait,
-)
+from rankwatch.streams.kit.delivery import publish
+from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import health_problems, write_status
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
 from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
@@ -59,7 +54,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         """Store, acknowledge what is stored, announce it (and the dead letters)."""
         for event in state.flush():
             event.ack()
-        await send_all(out_topics, state.take_publishable())
+        await publish(state.delivery, out_topics)
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:
@@ -67,14 +62,14 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             msg = event.message
             batch = state.decode(event.value)
             while state.needs_restore(batch, event.key) and not state.restore(batch):  # type: ignore[arg-type]
-                await asyncio.sleep(min(max(state.retry_in(), 0.05), 5.0))  # store down
+                await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 5.0))  # store down
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
             state.on_message(event, event.value, source, batch)
             while state.full:  # back-pressure: nothing more in memory until it is stored
                 await settle()
                 if state.full:
-                    await asyncio.sleep(min(max(state.retry_in(), 0.05), 1.0))
+                    await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
@@ -82,7 +77,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         state.on_tick()
         await settle()
         snapshot = state.snapshot()
-        state.input_lag_s = state.flush_s = 0.0
+        state.input_lag_s = state.delivery.flush_s = 0.0
         assigned = _assignment(app)
         snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
         snapshot["lag"] = await _lag(app, assigned)

@@ -1,18 +1,15 @@
-"""The state of one stream worker process, between the faust shell and the pure core.
+"""The state of one ops worker process, between the faust shell and the pure core.
 
-It owns the pipeline, the sink, the acknowledgement tracker and the store connection,
-and holds the rules that make the worker lose nothing:
+It owns the pipeline, the acknowledgement tracker and the worker's
+:class:`~rankwatch.streams.kit.delivery.Delivery` (store, then publish: retry with
+backoff, back-pressure, dropped-for-good tables, as for every worker), and adds the
+ops worker's own rules:
 
 - a message is acknowledged (its offset may be committed) only once everything it fed
   is stored (:mod:`rankwatch.streams.kit.acks`);
 - a job met for the first time is restored from the store first (its stored steps
-  count as late, its windows and open alert come back: :mod:`~.recovery`);
-- a store that fails with a transient error is retried with exponential backoff; the
-  buffer is kept, and consumption pauses while it is full (back-pressure), so nothing
-  is acknowledged past what is stored. A permanent error on one table drops that
-  table's buffered rows with an error log (retrying cannot help) and is counted.
-
-Messages to publish (steps, alerts) are released only once their rows are stored.
+  count as late, its windows and open alert come back: :mod:`~.recovery`), and its
+  latest alert state is announced again.
 """
 
 from __future__ import annotations
@@ -23,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops, encode
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker
-from rankwatch.streams.kit.deadletter import DeadLetter
-from rankwatch.streams.kit.output import Output, Publication, Source
+from rankwatch.streams.kit.delivery import Delivery
+from rankwatch.streams.kit.output import Output, Source
 from rankwatch.streams.kit.settings import ServiceSettings
-from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
@@ -38,8 +34,6 @@ from rankwatch.streams.ops.pipeline import Pipeline
 from rankwatch.streams.ops.recovery import load_history
 
 log = logging.getLogger("rankwatch.worker")
-
-MAX_BACKOFF_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -76,23 +70,18 @@ class WorkerSettings(ServiceSettings):
 @dataclass
 class WorkerCounters:
     messages_in: int = 0
-    flushes: int = 0
-    store_failures: int = 0
-    rows_dropped: int = 0
     acked: int = 0
     restored_jobs: int = 0
-    published: int = 0
     reannounced_alerts: int = 0
 
 
 class WorkerState:
-    """The pipeline, the sink and the acknowledgements of one worker process."""
+    """The pipeline, the delivery and the acknowledgements of one worker process."""
 
     def __init__(
         self, settings: WorkerSettings, connect: Callable[[], Store] | None = None
     ) -> None:
         self.settings = settings
-        self._connect = connect or (lambda: Store.connect(settings.dsn, database=settings.database))
         self.pipeline = Pipeline(
             assembly=settings.assembly,
             analyser=WhatIfAnalyser(window=settings.window),
@@ -100,56 +89,18 @@ class WorkerState:
             keep_ops=settings.keep_ops,
             max_message_bytes=settings.max_message_bytes,
         )
+        self.delivery = Delivery(
+            connect or (lambda: Store.connect(settings.dsn, database=settings.database)),
+            settings.max_buffered_rows,
+        )
         self.acks: AckTracker[Any] = AckTracker()
         self.counters = WorkerCounters()
         self.job_partitions: dict[str, tuple[str, int]] = {}
         self.topics: dict[str, int] = {}
         """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
-        self.sink = TableSink(None, settings.max_buffered_rows, auto_flush=False)
-        self._unpublished: list[tuple[str, str, dict[str, Any]]] = []
-        self._publishable: list[tuple[str, str, dict[str, Any]]] = []
-        self._unpublished_dead: list[DeadLetter] = []
-        self._publishable_dead: list[DeadLetter] = []
-        self._delay_s = 0.0
-        self._retry_at = 0.0
-        self.oldest_unstored: float | None = None
-        """Monotonic time of the oldest row not yet stored (sink lag)."""
-        self.last_error: str | None = None
         self.input_lag_s = 0.0
-        self.flush_s = 0.0
-        """Longest store of the buffer since the last snapshot."""
         """Largest age (broker timestamp to processing) of a message since the last
         snapshot: how far behind the input the worker is."""
-
-    # -- the store ---------------------------------------------------------------------
-
-    def _store(self) -> Store:
-        """The store, connecting (and migrating) on first use; raises StoreError."""
-        if self.sink.store is None:
-            store = self._connect()
-            try:
-                store.migrate()
-            except StoreError:
-                store.close()
-                raise
-            self.sink.store = store
-        return self.sink.store
-
-    @property
-    def store_ready(self) -> bool:
-        return time.monotonic() >= self._retry_at
-
-    def retry_in(self) -> float:
-        return max(0.0, self._retry_at - time.monotonic())
-
-    def _failed(self, exc: StoreError) -> None:
-        self.counters.store_failures += 1
-        self.last_error = str(exc)
-        if not exc.transient:
-            raise exc
-        self._delay_s = min(max(2 * self._delay_s, 0.25), MAX_BACKOFF_S)
-        self._retry_at = time.monotonic() + self._delay_s
-        log.warning("store unavailable, retry in %.2fs: %s", self._delay_s, exc)
 
     # -- messages ----------------------------------------------------------------------
 
@@ -173,11 +124,11 @@ class WorkerState:
         """Load the history of ``batch``'s job from the store; False if the store is
         unavailable."""
         job, layout = batch.job, (batch.dp_size, batch.pp_size)
-        if not self.store_ready:
+        if not self.delivery.store_ready:
             return False
         try:
             history = load_history(
-                self._store(),
+                self.delivery.store(),
                 job,
                 layout,
                 closed_memory=self.settings.assembly.closed_memory,
@@ -185,7 +136,7 @@ class WorkerState:
                 alert_window=self.settings.alerts.window,
             )
         except StoreError as exc:
-            self._failed(exc)
+            self.delivery.failed(exc)
             return False
         self.pipeline.restore(job, layout, history)
         self.counters.restored_jobs += 1
@@ -193,7 +144,7 @@ class WorkerState:
             # a crash between storing an alert and publishing it would lose the message:
             # announce the job's latest alert state again (at least once; automation
             # deduplicates on alert_id and state)
-            self._publishable.append(("alerts", job, history.last_alert.message()))
+            self.delivery.announce("alerts", job, history.last_alert.message())
             self.counters.reannounced_alerts += 1
         log.info(
             "restored job %s: %d closed steps, %d in the window, open alert %s",
@@ -230,56 +181,21 @@ class WorkerState:
         self._write(self.pipeline.on_tick(time.time_ns()))
 
     def _write(self, out: Output) -> None:
-        if (out or out.steps) and self.oldest_unstored is None:
-            self.oldest_unstored = time.monotonic()
-        self.sink.write(out)
-        self._unpublished.extend(out.messages)
-        self._unpublished_dead.extend(out.dead_letters)
+        self.delivery.write(out)
         self.acks.closed((s.job, s.step) for s in out.steps)
 
     @property
     def full(self) -> bool:
-        return self.sink.full
+        return self.delivery.full
 
     def flush(self) -> list[Any]:
         """Store everything buffered; return the tokens now safe to acknowledge (empty
         when the store is unavailable: retried with backoff on a later call)."""
-        while True:
-            if not self.store_ready:
-                return []
-            try:
-                self._store()
-                started = time.monotonic()
-                self.sink.flush()
-                self.flush_s = max(self.flush_s, time.monotonic() - started)
-                break
-            except StoreError as exc:
-                if exc.transient or self.sink.failed_table is None:
-                    self._failed(exc)
-                    return []
-                dropped = self.sink.drop(self.sink.failed_table)
-                self.counters.rows_dropped += dropped
-                self.counters.store_failures += 1
-                log.error("dropped %d rows the store rejects for good: %s", dropped, exc)
-        self._delay_s, self._retry_at = 0.0, 0.0
-        self.counters.flushes += 1
-        self.oldest_unstored = None
-        self._publishable += self._unpublished
-        self._unpublished = []
-        self._publishable_dead += self._unpublished_dead
-        self._unpublished_dead = []
+        if not self.delivery.flush():
+            return []
         safe = self.acks.flushed()
         self.counters.acked += len(safe)
         return safe
-
-    def take_publishable(self) -> list[Publication]:
-        """Stored results and dead letters, encoded, to publish now."""
-        ready, self._publishable = self._publishable, []
-        dead, self._publishable_dead = self._publishable_dead, []
-        self.counters.published += len(ready) + len(dead)
-        out = [Publication(kind, key, encode(kind, message)) for kind, key, message in ready]
-        out += [Publication.of_dead_letter(d) for d in dead]
-        return out
 
     def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:
         """The partitions went to another worker: drop their jobs' state (the new owner
@@ -290,26 +206,18 @@ class WorkerState:
             del self.job_partitions[job]
         self.acks.forget(lambda job: job in gone)
 
-    def sink_lag_s(self) -> float:
-        return 0.0 if self.oldest_unstored is None else time.monotonic() - self.oldest_unstored
-
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""
         c = self.pipeline.assembler.counters
         numbers = {k: int(v) for k, v in {**vars(c), **vars(self.counters)}.items()}
         return {
             **numbers,
+            **self.delivery.snapshot(),
             "steps_analysed": self.pipeline.steps_analysed,
             "dead_letters": self.pipeline.dead_letters,
             "dead_letter_reasons": dict(self.pipeline.dead_letter_reasons),
-            "buffered_rows": self.sink.pending,
-            "store_connected": self.sink.store is not None,
-            "store_retry_in_s": round(self.retry_in(), 3),
-            "sink_lag_s": round(self.sink_lag_s(), 3),
             "input_lag_s": round(self.input_lag_s, 3),
-            "flush_s": round(self.flush_s, 3),
             "acks_waiting": self.acks.waiting,
             "acks_settled": self.acks.settled,
             "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),
-            "last_error": self.last_error,
         }

@@ -20,6 +20,7 @@ import numpy as np
 import orjson
 import pytest
 from support.devbroker import create_topics
+from support.memstore import MemoryStore
 from support.workers import read_topic
 
 from rankwatch.agent import KafkaTransport, Outbox, metrics_message
@@ -51,17 +52,6 @@ def fleet_messages(job: str, start_ns: int, seconds: int, faulty: str | None) ->
     return out
 
 
-class NoStore:
-    def insert(self, table: str, rows: list[dict[str, object]]) -> None:
-        self.rows.setdefault(table, []).extend(rows)
-
-    def query(self, sql: str, parameters: object = None) -> list[dict[str, object]]:
-        return []
-
-    def __init__(self) -> None:
-        self.rows: dict[str, list[dict[str, object]]] = {}
-
-
 def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix, "RANKWATCH_GROUP": f"{prefix}-g"}
     env["RANKWATCH_SESSION_TIMEOUT_S"] = "6"  # the killed worker's partitions move on soon
@@ -89,7 +79,7 @@ def wait_for_line(log: Path, text: str, timeout_s: float) -> None:
 def reference(messages: list[tuple[str, bytes]]) -> dict[tuple[str, str, str, int], float]:
     """(job, host, metric, window end ms) -> score of an uninterrupted run in process."""
     online = OnlineConfig(window_s=10, stride_s=10, continuity=3)
-    store = NoStore()
+    store = MemoryStore()
     state = MinderState(MinderSettings("unused", "chdb://unused", online=online), store=store)  # type: ignore[arg-type]
     for _, value in messages:
         state.on_message(value)

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+
+from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.hang.detector import NS, HangConfig
 from rankwatch.streams.hang.worker import HangSettings, HangState
-from rankwatch.streams.kit.output import Source
-from rankwatch.streams.kit.store import StoreError
+from rankwatch.streams.kit.output import Publication, Source
 
 
-class FlakyStore:
-    """Records inserts; fails while ``down``."""
-
-    def __init__(self) -> None:
-        self.down = True
-        self.rows: dict[str, list[dict[str, Any]]] = {}
-
-    def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
-        if self.down:
-            raise StoreError("down", transient=True)
-        self.rows.setdefault(table, []).extend(rows)
-
-    def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        if self.down:
-            raise StoreError("down", transient=True)
-        return []  # nothing stored before: every job is new
+def tick(state: HangState) -> list[Publication]:
+    """A timer tick: what the worker would publish after it."""
+    state.on_tick()
+    return state.delivery.take()
 
 
 def beat(rank: int, since_ns: int) -> bytes:
@@ -44,7 +33,7 @@ def beat(rank: int, since_ns: int) -> bytes:
 
 def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
     now = [100 * NS]
-    store = FlakyStore()
+    store = MemoryStore(down=True)
     settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
     state = HangState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
     src = Source("p.heartbeats")
@@ -52,9 +41,10 @@ def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
         state.on_heartbeat(beat(rank, now[0]), src)
     state.on_heartbeat(b"not json", src)
     now[0] += 5 * NS
-    assert state.on_tick() == []  # hung, but the store is down: nothing published
+    assert tick(state) == []  # hung, but the store is down: nothing published
     store.down = False
-    ready = state.on_tick()
+    time.sleep(state.delivery.retry_in())  # the kit's backoff
+    ready = tick(state)
     alerts = [p for p in ready if p.kind == "alerts"]
     assert [decode("alerts", p.value)["state"] for p in alerts] == ["firing"]
     assert [p.key for p in alerts] == ["j"]
@@ -62,7 +52,7 @@ def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
     assert dead.value == b"not json" and dict(dead.headers or [])["rankwatch-reason"]
     assert len(store.rows["hangs"]) == 1 and len(store.rows["alerts"]) == 1
     assert len(store.rows["dead_letters"]) == 1
-    assert state.on_tick() == []  # one alert per episode
+    assert tick(state) == []  # one alert per episode
 
 
 def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
@@ -84,22 +74,22 @@ def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
 
     first = worker()
     now[0] += 5 * NS
-    (fired,) = first.on_tick()  # stored; the kill comes before the send
-    assert first.sink.store is not None
-    first.sink.store.close()
+    (fired,) = tick(first)  # stored; the kill comes before the send
+    assert first.delivery.sink.store is not None
+    first.delivery.sink.store.close()
     second = worker()
-    (again,) = second.on_tick()
+    (again,) = tick(second)
     assert again.value == fired.value  # the same message, ts_ns as first stored
     assert second.restored_episodes == 1 and second.service.detector.episodes()
     now[0] += 60 * NS  # still stuck: not declared again
-    assert second.on_tick() == []
-    second.sent([again])
-    assert second.sink.store is not None
-    second.sink.store.close()
+    assert tick(second) == []
+    second.delivery.sent([again])
+    assert second.delivery.sink.store is not None
+    second.delivery.sink.store.close()
     third = worker()
-    assert third.on_tick() == [] and third.reannounced == 0 and third.restored_episodes == 1
-    assert third.sink.store is not None
-    with third.sink.store as store:
+    assert tick(third) == [] and third.reannounced == 0 and third.restored_episodes == 1
+    assert third.delivery.sink.store is not None
+    with third.delivery.sink.store as store:
         assert [r["state"] for r in store.query("SELECT state FROM alerts FINAL")] == ["firing"]
 
 
@@ -130,8 +120,8 @@ def test_the_step_time_baseline_survives_a_restart(tmp_path: Path) -> None:
             first.on_heartbeat(stepping(rank, step, now[0]), src)
         first.on_tick()
     assert first.service.detector.threshold_s("j") == 100.0
-    assert first.sink.store is not None
-    first.sink.store.close()
+    assert first.delivery.sink.store is not None
+    first.delivery.sink.store.close()
     second = HangState(settings, clock=lambda: now[0])
     second.on_heartbeat(stepping(0, 5, now[0]), src)
     assert second.service.detector.threshold_s("j") == 100.0

@@ -6,45 +6,16 @@ in-memory stand-in that fails on demand (the real-broker tests use chDB)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
+
+from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim.tracegen import GenConfig, generate_trace
 from rankwatch.streams.kit.output import Source
-from rankwatch.streams.kit.store import StoreError
 from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
-
-
-class FlakyStore:
-    def __init__(self) -> None:
-        self.down = False
-        self.rows: dict[str, list[dict[str, Any]]] = {}
-        self.calls = 0
-
-    def _check(self) -> None:
-        self.calls += 1
-        if self.down:
-            raise StoreError("connection refused", transient=True)
-
-    def migrate(self) -> list[str]:
-        return []
-
-    def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._check()
-        self.rows.setdefault(table, []).extend(dict(r) for r in rows)
-
-    def insert_ops(self, batches: Sequence[Any]) -> None:
-        self._check()
-        self.rows.setdefault("ops", []).extend({"n": len(b)} for b in batches)
-
-    def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict]:
-        self._check()
-        return []
-
-    def close(self) -> None:
-        pass
 
 
 def messages() -> list[bytes]:
@@ -61,7 +32,7 @@ def consume(state: WorkerState, items: list[tuple[int, bytes]]) -> None:
 
 
 def test_store_outage_mid_run_keeps_rows_and_acknowledges_only_what_is_stored() -> None:
-    store = FlakyStore()
+    store = MemoryStore()
     state = WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=lambda: store)  # type: ignore[arg-type, return-value]
     data = list(enumerate(messages()))  # 6 steps x 4 workers
     consume(state, data[:12])
@@ -73,22 +44,22 @@ def test_store_outage_mid_run_keeps_rows_and_acknowledges_only_what_is_stored() 
     assert state.flush() == []  # nothing stored: nothing acknowledged
     calls = store.calls
     assert state.flush() == [] and store.calls == calls  # backing off, not hammering
-    first = state.retry_in()
+    first = state.delivery.retry_in()
     time.sleep(first)
     assert state.flush() == []
-    assert state.retry_in() > first  # the delay grows
+    assert state.delivery.retry_in() > first  # the delay grows
     assert state.snapshot()["buffered_rows"] > 0 and state.snapshot()["store_failures"] == 2
 
     store.down = False
-    time.sleep(state.retry_in())
+    time.sleep(state.delivery.retry_in())
     acked += state.flush()
     assert sorted(acked) == list(range(len(data)))
     assert sorted(r["step"] for r in store.rows["steps"]) == list(range(6))
-    assert len(state.take_publishable()) == 6
+    assert len(state.delivery.take()) == 6
 
 
 def test_a_revoked_partition_drops_its_jobs_and_their_unstored_messages() -> None:
-    store = FlakyStore()
+    store = MemoryStore()
     state = WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=lambda: store)  # type: ignore[arg-type, return-value]
     data = list(enumerate(messages()))
     consume(state, data[:14])  # steps 0-2 complete, step 3 open (two of its batches)
@@ -105,7 +76,7 @@ ALERT_ROW = {
 """The job's straggler alert, stored as firing, as the alerts query returns it."""
 
 
-class StoreWithAnAlert(FlakyStore):
+class StoreWithAnAlert(MemoryStore):
     def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict]:
         self._check()
         return [dict(ALERT_ROW)] if "FROM alerts" in sql else []
@@ -116,7 +87,7 @@ def test_a_restored_job_announces_its_latest_alert_again() -> None:
     state = WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=StoreWithAnAlert)  # type: ignore[arg-type]
     consume(state, list(enumerate(messages()[:1])))
     state.flush()
-    published = [(p.kind, p.key, decode("alerts", p.value)) for p in state.take_publishable()]
+    published = [(p.kind, p.key, decode("alerts", p.value)) for p in state.delivery.take()]
     assert published == [
         ("alerts", "j", {
             "schema": "alerts", "version": 1, "alert_id": "straggler-j-1", "job": "j",

@@ -1,0 +1,256 @@
+"""Store, then publish: the delivery guarantees every stream worker gets from the kit.
+
+A worker's core hands its shell an :class:`~rankwatch.streams.kit.output.Output`: rows
+for ClickHouse and messages for Kafka. :class:`Delivery` holds both and keeps these rules
+(docs/architecture.md, "Delivery"), the same for the ops, hang and Minder workers:
+
+- **rows first**: a message is published only after every row buffered before it is
+  stored, so what automation hears of is always in the store (a kill between the two
+  makes the restarted worker announce it again, never the reverse);
+- **retry with backoff**: a store that fails with a transient error (connection lost,
+  chDB path held) is retried after 0.25 s, doubling to 30 s; the buffer and the held
+  messages are kept meanwhile, and :attr:`Delivery.full` tells the shell to stop
+  consuming (back-pressure) rather than grow without bound;
+- **a table the store rejects for good** (its rows do not fit it) has its buffered rows
+  dropped, counted and logged: retrying cannot help, and the other tables go on;
+- **a send that fails** puts its publications back, first in line for the next try;
+- **sent alerts are recorded** (``announced``) once the broker has them, for workers
+  that re-announce after a restart what was stored but never recorded as sent
+  (:mod:`~rankwatch.streams.kit.restart`).
+
+Acknowledging input is the caller's: :meth:`Delivery.flush` returns whether everything
+buffered is stored, and only then may the messages that fed it be acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rankwatch.schemas.codec import decode, encode
+from rankwatch.streams.kit.output import Output, Publication
+from rankwatch.streams.kit.restart import announced_row
+from rankwatch.streams.kit.sink import TableSink
+from rankwatch.streams.kit.store import Store, StoreError
+
+log = logging.getLogger("rankwatch.delivery")
+
+FIRST_BACKOFF_S = 0.25
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class DeliveryCounters:
+    flushes: int = 0
+    store_failures: int = 0
+    rows_dropped: int = 0
+    published: int = 0
+    send_failures: int = 0
+    recorded_sent: int = 0
+
+
+class Delivery:
+    """The rows and messages of one worker process, on their way to the store and the
+    broker. ``connect`` opens (and migrates) the store: called on first use and again
+    after a failed connection; ``record_sent``: write an ``announced`` row for each
+    alert delivered."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Store],
+        max_rows: int = 200_000,
+        *,
+        record_sent: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._connect = connect
+        self.sink = TableSink(None, max_rows, auto_flush=False)
+        self.record_sent = record_sent
+        self.clock = clock
+        self.wall_ns = wall_ns
+        self.counters = DeliveryCounters()
+        self._held: list[Publication] = []
+        """Messages whose rows are in the buffer: published after the next flush."""
+        self._ready: list[Publication] = []
+        """Messages whose rows are stored: published at the next :meth:`take`."""
+        self._delay_s = 0.0
+        self._retry_at = 0.0
+        self.oldest_unstored: float | None = None
+        """When (``clock``) the oldest row not yet stored was buffered (sink lag)."""
+        self.last_error: str | None = None
+        self.flush_s = 0.0
+        """Longest flush since the shell last reset it."""
+
+    # -- the store -----------------------------------------------------------------------
+
+    def store(self) -> Store:
+        """The store, connecting and migrating on first use; raises StoreError."""
+        if self.sink.store is None:
+            store = self._connect()
+            try:
+                store.migrate()
+            except StoreError:
+                store.close()
+                raise
+            self.sink.store = store
+        return self.sink.store
+
+    @property
+    def connected(self) -> bool:
+        return self.sink.store is not None
+
+    @property
+    def store_ready(self) -> bool:
+        """False while a failed store waits out its backoff."""
+        return self.clock() >= self._retry_at
+
+    def retry_in(self) -> float:
+        return max(0.0, self._retry_at - self.clock())
+
+    def failed(self, exc: StoreError) -> None:
+        """A store call failed: back off when waiting may help, else raise it."""
+        self.counters.store_failures += 1
+        self.last_error = str(exc)
+        if not exc.transient:
+            raise exc
+        self._delay_s = min(max(2 * self._delay_s, FIRST_BACKOFF_S), MAX_BACKOFF_S)
+        self._retry_at = self.clock() + self._delay_s
+        log.warning("store unavailable, retry in %.2fs: %s", self._delay_s, exc)
+
+    # -- rows and messages ---------------------------------------------------------------
+
+    def write(self, out: Output) -> None:
+        """Buffer a core's output: its rows, and its messages and dead letters to publish
+        once those rows are stored."""
+        if (out or out.messages or out.dead_letters) and self.oldest_unstored is None:
+            self.oldest_unstored = self.clock()
+        self.sink.write(out)
+        self._held += [Publication(kind, key, encode(kind, m)) for kind, key, m in out.messages]
+        self._held += [Publication.of_dead_letter(d) for d in out.dead_letters]
+
+    def announce(self, kind: str, key: str, message: dict[str, Any]) -> None:
+        """Publish a message whose rows are stored already (an alert state re-announced
+        after a restart), in line after those held for the next flush."""
+        self._held.append(Publication(kind, key, encode(kind, message)))
+
+    @property
+    def pending(self) -> int:
+        return self.sink.pending
+
+    @property
+    def full(self) -> bool:
+        """Stop consuming until a flush succeeds (back-pressure)."""
+        return self.sink.full
+
+    def flush(self) -> bool:
+        """Store everything buffered. True when it is stored (the held messages may then
+        be published, the input that fed them acknowledged); False while the store is
+        unavailable (retried, with backoff, on a later call)."""
+        while True:
+            if not self.store_ready:
+                return False
+            try:
+                self.store()
+                started = self.clock()
+                self.sink.flush()
+                self.flush_s = max(self.flush_s, self.clock() - started)
+                break
+            except StoreError as exc:
+                if exc.transient or self.sink.failed_table is None:
+                    self.failed(exc)
+                    return False
+                self._drop(self.sink.failed_table, exc)
+        self._delay_s, self._retry_at = 0.0, 0.0
+        self.counters.flushes += 1
+        self.oldest_unstored = None
+        self._ready += self._held
+        self._held = []
+        return True
+
+    def _drop(self, table: str, exc: StoreError) -> None:
+        dropped = self.sink.drop(table)
+        self.counters.rows_dropped += dropped
+        self.counters.store_failures += 1
+        self.last_error = str(exc)
+        log.error("dropped %d %s rows the store rejects for good: %s", dropped, table, exc)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def take(self) -> list[Publication]:
+        """The stored messages to send now; hand each back to :meth:`sent` or
+        :meth:`unsent`."""
+        ready, self._ready = self._ready, []
+        return ready
+
+    def unsent(self, publications: list[Publication]) -> None:
+        """A send failed: these go first at the next try (order kept)."""
+        self.counters.send_failures += 1
+        self._ready[:0] = publications
+
+    def sent(self, publications: list[Publication]) -> None:
+        """The broker has these. With ``record_sent``, each alert among them gets its
+        ``announced`` row, stored at once when the store allows (else with the next
+        flush: a kill before that makes the restarted worker send it again)."""
+        self.counters.published += len(publications)
+        if not self.record_sent:
+            return
+        now, out = self.wall_ns(), Output()
+        for pub in publications:
+            if pub.kind == "alerts":
+                out.add("announced", announced_row(decode("alerts", pub.value), now))
+        if not out.rows:
+            return
+        n = len(out.rows["announced"])
+        self.sink.write(out)
+        self.counters.recorded_sent += n
+        if self.flush():  # tests and operators read this line: the record is stored
+            log.info("%d alert states sent and recorded", n)
+
+    def sink_lag_s(self) -> float:
+        return 0.0 if self.oldest_unstored is None else self.clock() - self.oldest_unstored
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and state for logs and the health file."""
+        return {
+            **vars(self.counters),
+            "buffered_rows": self.sink.pending,
+            "held_messages": len(self._held),
+            "ready_messages": len(self._ready),
+            "store_connected": self.connected,
+            "store_retry_in_s": round(self.retry_in(), 3),
+            "sink_lag_s": round(self.sink_lag_s(), 3),
+            "flush_s": round(self.flush_s, 3),
+            "last_error": self.last_error,
+        }
+
+
+async def publish(delivery: Delivery, topics: dict[str, Any]) -> None:
+    """Send what ``delivery`` has stored to its kinds' faust topics and wait until the
+    broker has it all; a failure hands everything back for the next call (re-sent:
+    consumers deduplicate on the message's identity) and is logged, never raised into
+    the worker's timer."""
+    ready = delivery.take()
+    if not ready:
+        return
+    try:
+        await deliver(topics, ready)
+    except Exception as exc:  # the broker is down or the producer is being rebuilt
+        delivery.unsent(ready)
+        log.warning("%d messages not sent yet (%s): retried next tick", len(ready), exc)
+        return
+    delivery.sent(ready)
+
+
+async def deliver(topics: dict[str, Any], publications: Iterable[Publication]) -> None:
+    """Send each publication to its kind's topic, keyed by job, with its headers, and
+    wait until the broker has them all."""
+    futures = [
+        await topics[p.kind].send(key=p.key.encode(), value=p.value, headers=p.headers)
+        for p in publications
+    ]
+    for future in futures:
+        await future

@@ -1,0 +1,104 @@
+"""The kit's delivery, which every worker uses: rows stored before their messages are
+released, transient failures retried with a growing delay and no store calls meanwhile,
+a table rejected for good dropped and counted while the rest goes on, a failed send
+first in line next time, and the record of sent alerts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.memstore import MemoryStore
+
+from rankwatch.schemas.codec import encode
+from rankwatch.schemas.examples import example
+from rankwatch.streams.kit.delivery import FIRST_BACKOFF_S, MAX_BACKOFF_S, Delivery
+from rankwatch.streams.kit.output import Output, Publication
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def output(n: int, table: str = "hangs") -> Output:
+    out = Output()
+    for i in range(n):
+        out.add(table, {"i": i})
+    out.add("detector_state", {"job": "j"})
+    alert = example("alerts")
+    out.messages.append(("alerts", alert["job"], alert))
+    return out
+
+
+def delivery(store: MemoryStore, clock: Clock, **kw: Any) -> Delivery:
+    return Delivery(lambda: store, clock=clock, **kw)  # type: ignore[arg-type, return-value]
+
+
+def test_messages_wait_for_their_rows_and_retries_back_off() -> None:
+    store, clock = MemoryStore(down=True), Clock()
+    d = delivery(store, clock)
+    d.write(output(3))
+    delays = []
+    for _ in range(10):
+        assert not d.flush() and d.take() == []
+        delays.append(d.retry_in())
+        calls = store.calls
+        assert not d.flush() and store.calls == calls  # waiting out the delay: no call
+        clock.now += d.retry_in()
+    assert delays[0] == FIRST_BACKOFF_S and delays == sorted(delays)
+    assert delays[-1] == MAX_BACKOFF_S
+    assert d.snapshot()["sink_lag_s"] > 0 and d.snapshot()["store_failures"] == 10
+    store.down = False
+    assert d.flush()
+    assert store.order == ["hangs", "detector_state"]  # the snapshot after what it vouches for
+    (pub,) = d.take()
+    assert pub.kind == "alerts" and pub.value == encode("alerts", example("alerts"))
+    assert d.retry_in() == 0 and d.snapshot()["sink_lag_s"] == 0
+
+
+def test_a_table_rejected_for_good_is_dropped_and_counted_the_rest_stored() -> None:
+    store, clock = MemoryStore(rejects=["hangs"]), Clock()
+    d = delivery(store, clock)
+    d.write(output(4))
+    assert d.flush()
+    assert "hangs" not in store.rows and store.rows["detector_state"]
+    assert d.counters.rows_dropped == 4 and d.counters.store_failures == 1
+    assert len(d.take()) == 1  # its message goes out: the store holds all it can
+
+
+def test_a_failed_send_is_first_in_line_next_time() -> None:
+    store, clock = MemoryStore(), Clock()
+    d = delivery(store, clock)
+    d.write(output(1))
+    assert d.flush()
+    first = d.take()
+    d.announce("alerts", "j2", example("alerts", job="j2"))
+    assert d.flush()
+    d.unsent(first)
+    assert [p.key for p in d.take()] == [first[0].key, "j2"]
+    assert d.counters.send_failures == 1
+
+
+def test_sent_alerts_are_recorded_and_other_kinds_are_not() -> None:
+    store, clock = MemoryStore(), Clock()
+    d = delivery(store, clock, record_sent=True)
+    alert = Publication("alerts", "j", encode("alerts", example("alerts")))
+    step = Publication("steps", "j", encode("steps", example("steps")))
+    d.sent([alert, step])
+    (row,) = store.rows["announced"]
+    assert (row["alert_id"], row["state"]) == (example("alerts")["alert_id"], "firing")
+    assert d.counters.published == 2 and d.counters.recorded_sent == 1
+
+
+def test_a_full_buffer_asks_for_back_pressure_until_stored() -> None:
+    store, clock = MemoryStore(down=True), Clock()
+    d = delivery(store, clock, max_rows=10)
+    d.write(output(9))
+    assert d.full  # 9 rows and a snapshot
+    assert not d.flush() and d.full
+    store.down = False
+    clock.now += d.retry_in()
+    assert d.flush() and not d.full
