@@ -24,6 +24,7 @@ from rankwatch.sim.analysis import (
     analyse_measured,
     analyse_step,
     measure_trace,
+    slowdown_of,
     waste_of,
 )
 from rankwatch.sim.durations import Measured
@@ -51,5 +52,6 @@ __all__ = [
     "ideal_costs",
     "infer_graph",
     "measure_trace",
+    "slowdown_of",
     "waste_of",
 ]

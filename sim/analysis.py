@@ -45,6 +45,15 @@ analysis of a 1,024-worker job")."""
 DIMENSIONS = ("optype", "dp_rank", "stage")
 
 
+def slowdown_of(t_sim: np.ndarray, t_ideal: np.ndarray) -> float:
+    """Slowdown S = T / T_ideal of a set of steps (one or many): their summed simulated
+    time over their summed ideal time (docs/whatif.md), NaN when the ideal is 0. The one
+    place S is computed in Python: the offline analysis, the live worker's per-step
+    figure and the live figures use it (the boards' SQL says the same,
+    ``sum(t_sim) / sum(t_ideal)``)."""
+    return _ratio(float(np.sum(t_sim)), float(np.sum(t_ideal)))
+
+
 def waste_of(slowdown: float) -> float:
     """Waste W = 1 - 1/S: the share of the time (a step's or a job's) spent waiting on
     stragglers, from its slowdown S = T / T_ideal (docs/whatif.md). The one place W is
@@ -74,7 +83,7 @@ class Analysis:
 
     @property
     def slowdown(self) -> float:
-        return _ratio(self.simulated_S.mean(), self.ideal_S.mean())
+        return slowdown_of(self.simulated_S, self.ideal_S)
 
     @property
     def launch_slowdown(self) -> float:

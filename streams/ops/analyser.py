@@ -93,13 +93,12 @@ class WhatIfAnalyser:
         model.window.put(step.step, summarise(model.graph, measured))
         ideal = model.window.ideal(step.step)
         result = analyse_measured(model.graph, measured, ideal, model.workspace)
-        t_sim = float(result.simulated_S[0])
-        t_ideal = float(result.ideal_S[0])
+        slowdown = result.slowdown
         return StepAnalysis(
-            t_sim=t_sim,
-            t_ideal=t_ideal,
-            slowdown=t_sim / t_ideal,
-            attributions=_attributions(result) if t_sim / t_ideal >= WORTH_ATTRIBUTING else (),
+            t_sim=float(result.simulated_S[0]),
+            t_ideal=float(result.ideal_S[0]),
+            slowdown=slowdown,
+            attributions=_attributions(result) if slowdown >= WORTH_ATTRIBUTING else (),
         )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankwatch.sim import JobMeta, Trace, waste_of
+from rankwatch.sim import JobMeta, Trace, slowdown_of, waste_of
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssembledStep
 
@@ -39,7 +39,7 @@ class LiveFigures:
     @property
     def slowdown(self) -> float:
         """``sum(T) / sum(T_ideal)``: the Job board's Slowdown S."""
-        return float(self.t_sim.sum() / self.t_ideal.sum())
+        return slowdown_of(self.t_sim, self.t_ideal)
 
     @property
     def waste(self) -> float:
