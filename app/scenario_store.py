@@ -116,12 +116,13 @@ def scenario_rows(
 
     import orjson
 
-    from rankwatch.schemas.tables import scenario_row
+    from rankwatch.schemas.tables import table_row
 
     run_id = uuid.uuid4().hex
     steps = np.unique(trace.step)
     return [
-        scenario_row(
+        table_row(
+            "scenarios",
             job=job,
             time=now_ns,
             run_id=run_id,

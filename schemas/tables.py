@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
 
 from rankwatch.schemas import columns as cols
+from rankwatch.schemas import ddl
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
 from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.schemas.registry import latest_version, schema
@@ -89,22 +91,28 @@ CONTRACTS: dict[str, TableContract] = {
 """Table name -> its contract, for the tables that store a message kind as it is."""
 
 
-SCENARIO_COLUMNS: tuple[str, ...] = (
-    *("job", "time", "run_id", "position", "name", "settings", "swept_key", "swept_value"),
-    *("step_time_s", "baseline_s", "speedup", "steps", "last_step"),
-)
-"""The ``scenarios`` table (migration 0005), written by ``rankwatch scenario --store``:
-no message carries it, so its row is stated here once; the DDL test holds the two
-together."""
+def table_row(table: str, /, **values: Any) -> dict[str, Any]:
+    """One row of a table that stores no message as it is (``jobs``, ``hangs``,
+    ``machine_scores``, ``detector_state``, ...), checked against the table's columns as
+    the migrations declare them (``rankwatch.schemas.ddl``): a column the table lacks, or
+    one it needs that is missing (one without a DEFAULT), is a ValueError naming it. So a
+    migration and the code that writes its table cannot drift apart unnoticed."""
+    columns, required = _columns(table)
+    if not (required.issubset(values) and columns.issuperset(values)):
+        missing = sorted(required.difference(values))
+        unknown = sorted(set(values) - columns)
+        raise ValueError(f"{table} row: missing {missing}, unknown {unknown}")
+    return values
 
 
-def scenario_row(**values: Any) -> dict[str, Any]:
-    """One ``scenarios`` row; a missing or unknown column is a ValueError naming it."""
-    missing = [c for c in SCENARIO_COLUMNS if c not in values]
-    unknown = sorted(set(values) - set(SCENARIO_COLUMNS))
-    if missing or unknown:
-        raise ValueError(f"scenarios row: missing {missing}, unknown {unknown}")
-    return {c: values[c] for c in SCENARIO_COLUMNS}
+@cache
+def _columns(table: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(every column, the columns a row must give) of ``table``."""
+    found = ddl.tables().get(table)
+    if found is None:
+        raise ValueError(f"no table {table!r} in the migrations")
+    columns = frozenset(found.columns)
+    return columns, columns - found.defaulted
 
 
 def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]:

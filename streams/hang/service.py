@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.schemas.codec import InvalidMessage, decode
+from rankwatch.schemas.tables import table_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
@@ -92,21 +93,22 @@ class HangService:
 
 
 def hang_row(ep: Episode, now_ns: int) -> dict[str, Any]:
-    return {
-        "job": ep.job,
-        "episode_id": ep.episode_id,
-        "time": utc(ep.declared_ns),
-        "last_progress": utc(ep.last_progress_ns),
-        "resolved_at": None if ep.resolved_ns is None else utc(ep.resolved_ns),
-        "step": ep.step,
-        "culprit_ranks": list(ep.culprits),
-        "waiting_ranks": list(ep.waiting),
-        "silent_ranks": list(ep.silent),
-        "culprit_hosts": list(ep.culprit_hosts),
-        "culprit_where": ep.culprit_where,
-        "summary": ep.summary,
-        "version": now_ns,
-    }
+    return table_row(
+        "hangs",
+        job=ep.job,
+        episode_id=ep.episode_id,
+        time=utc(ep.declared_ns),
+        last_progress=utc(ep.last_progress_ns),
+        resolved_at=None if ep.resolved_ns is None else utc(ep.resolved_ns),
+        step=ep.step,
+        culprit_ranks=list(ep.culprits),
+        waiting_ranks=list(ep.waiting),
+        silent_ranks=list(ep.silent),
+        culprit_hosts=list(ep.culprit_hosts),
+        culprit_where=ep.culprit_where,
+        summary=ep.summary,
+        version=now_ns,
+    )
 
 
 def hang_alert(ep: Episode, now_ns: int) -> dict[str, Any]:
@@ -161,18 +163,17 @@ def episode_from_alert(alert: Mapping[str, Any]) -> Episode | None:
 
 def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int) -> None:
     for m in merged:
-        out.add(
+        row = table_row(
             "stacks",
-            {
-                "job": ep.job,
-                "episode_id": ep.episode_id,
-                "time": utc(ep.declared_ns),
-                "stack": m.stack,
-                "native": int(m.native),
-                "ranks": list(m.ranks),
-                "ranks_text": m.ranks_text,
-                "absent_ranks_text": m.absent_text,
-                "n_ranks": len(m.ranks),
-                "version": now_ns,
-            },
+            job=ep.job,
+            episode_id=ep.episode_id,
+            time=utc(ep.declared_ns),
+            stack=m.stack,
+            native=int(m.native),
+            ranks=list(m.ranks),
+            ranks_text=m.ranks_text,
+            absent_ranks_text=m.absent_text,
+            n_ranks=len(m.ranks),
+            version=now_ns,
         )
+        out.add("stacks", row)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rankwatch.schemas.tables import table_row
 from rankwatch.schemas.topics import DEAD_LETTER_HEADERS
 from rankwatch.streams.kit.times import utc
 
@@ -52,14 +53,15 @@ def dead_letter_row(
     offset, key, broker timestamp). The row's time is the broker's timestamp when known,
     so a re-delivered bad message gives the same row (the table collapses it)."""
     stamp = getattr(source, "timestamp_ns", None)
-    return {
-        "time": utc(now_ns if stamp is None else stamp),
-        "topic": source.topic,
-        "partition": source.partition,
-        "offset": source.offset,
-        "key": (source.key or b"").decode("utf-8", "replace"),
-        "reason": reason,
-        "detail": detail[:1000],
-        "payload": data[:PAYLOAD_BYTES].decode("utf-8", "replace"),
-        "payload_bytes": len(data),
-    }
+    return table_row(
+        "dead_letters",
+        time=utc(now_ns if stamp is None else stamp),
+        topic=source.topic,
+        partition=source.partition,
+        offset=source.offset,
+        key=(source.key or b"").decode("utf-8", "replace"),
+        reason=reason,
+        detail=detail[:1000],
+        payload=data[:PAYLOAD_BYTES].decode("utf-8", "replace"),
+        payload_bytes=len(data),
+    )

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from rankwatch.schemas.tables import table_row
 from rankwatch.streams.kit.store import Store
 from rankwatch.streams.kit.times import utc
 
@@ -46,13 +47,14 @@ def load_snapshot(store: Store, job: str, detector: str) -> dict[str, Any] | Non
 
 
 def snapshot_row(job: str, detector: str, now_ns: int, state: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "job": job,
-        "detector": detector,
-        "time": utc(now_ns),
-        "state": orjson.dumps(state).decode(),
-        "version": now_ns,
-    }
+    return table_row(
+        "detector_state",
+        job=job,
+        detector=detector,
+        time=utc(now_ns),
+        state=orjson.dumps(state).decode(),
+        version=now_ns,
+    )
 
 
 def unannounced(store: Store, job: str, kind: str) -> list[dict[str, Any]]:
@@ -65,12 +67,13 @@ def unannounced(store: Store, job: str, kind: str) -> list[dict[str, Any]]:
 
 def announced_row(alert: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
     """The ``announced`` row of an alert message that was just sent."""
-    return {
-        "job": alert["job"],
-        "alert_id": alert["alert_id"],
-        "state": alert["state"],
-        "time": utc(now_ns),
-    }
+    return table_row(
+        "announced",
+        job=alert["job"],
+        alert_id=alert["alert_id"],
+        state=alert["state"],
+        time=utc(now_ns),
+    )
 
 
 def _message(row: Mapping[str, Any]) -> dict[str, Any]:

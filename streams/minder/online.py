@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from rankwatch.schemas.tables import table_row
 from rankwatch.streams.minder.detector import MinderConfig, MinderModel, metric_scores
 from rankwatch.streams.minder.grid import align_on_times
 
@@ -205,17 +206,14 @@ class JobMonitor:
                 self.runs[(metric, host)] = run
                 if run >= cfg.continuity and not decided:
                     named[host] = (metric, float(scores[k, m]))
+                score = float(scores[k, m])
                 out.add(
                     "machine_scores",
-                    {
-                        "job": self.job,
-                        "host": host,
-                        "time": end_ns,
-                        "metric": metric,
-                        "score": float(scores[k, m]),
-                        "candidate": int(hit),
-                    },
-                )
+                    table_row(
+                        "machine_scores", job=self.job, host=host, time=end_ns,
+                        metric=metric, score=score, candidate=int(hit),
+                    ),
+                )  # fmt: skip
         self._episodes(named, set(hosts), end_ns, out)
 
     def _episodes(
@@ -248,17 +246,18 @@ class JobMonitor:
                 out.alerts.append(self._alert(ep, end_ns, firing=False, gone=host not in compared))
 
     def _fault_row(self, ep: Episode, now_ns: int, resolved_ns: int | None) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "host": ep.host,
-            "time": now_ns,
-            "first_seen": ep.first_seen_ns,
-            "metric": ep.metric,
-            "score": ep.score,
-            "alert_id": ep.alert_id,
-            "resolved_at": resolved_ns,
-            "version": now_ns,
-        }
+        return table_row(
+            "machine_faults",
+            job=self.job,
+            host=ep.host,
+            time=now_ns,
+            first_seen=ep.first_seen_ns,
+            metric=ep.metric,
+            score=ep.score,
+            alert_id=ep.alert_id,
+            resolved_at=resolved_ns,
+            version=now_ns,
+        )
 
     def _alert(self, ep: Episode, now_ns: int, firing: bool, gone: bool = False) -> dict[str, Any]:
         summary = (

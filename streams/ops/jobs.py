@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.schemas.opbatch import OpBatch
+from rankwatch.schemas.tables import table_row
 from rankwatch.streams.kit.times import utc
 from rankwatch.streams.ops.assembly import AssembledStep
 
@@ -57,20 +58,21 @@ class JobFacts:
         )  # fmt: skip
 
     def row(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "dp_size": self.dp_size,
-            "pp_size": self.pp_size,
-            "tp_size": self.tp_size,
-            "cp_size": self.cp_size,
-            "vpp_size": self.vpp_size,
-            "world_size": self.world_size,
-            "schedule": "",  # not in the op batches: 1F1B and GPipe look alike there
-            "hosts": sorted(self.hosts),
-            "first_seen": utc(self.first_seen_ns),
-            "last_seen": utc(self.last_seen_ns),
-            "version": self.last_seen_ns,
-        }
+        return table_row(
+            "jobs",
+            job=self.job,
+            dp_size=self.dp_size,
+            pp_size=self.pp_size,
+            tp_size=self.tp_size,
+            cp_size=self.cp_size,
+            vpp_size=self.vpp_size,
+            world_size=self.world_size,
+            schedule="",  # not in the op batches: 1F1B and GPipe look alike there
+            hosts=sorted(self.hosts),
+            first_seen=utc(self.first_seen_ns),
+            last_seen=utc(self.last_seen_ns),
+            version=self.last_seen_ns,
+        )
 
 
 @dataclass(slots=True)

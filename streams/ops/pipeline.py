@@ -20,7 +20,7 @@ import numpy as np
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.schemas.tables import CONTRACTS, table_row
 from rankwatch.sim import waste_of
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row
@@ -340,15 +340,16 @@ def signals_message(s: Signals, anomalies: list[str]) -> dict[str, Any]:
 def attribution_row(
     step: AssembledStep, dimension: str, group: str, value: float, now_ns: int
 ) -> dict[str, Any]:
-    return {
-        "job": step.job,
-        "step": step.step,
-        "time": utc(step.start_ns),
-        "dimension": dimension,
-        "group": group,
-        "slowdown": value,
-        "version": now_ns,
-    }
+    return table_row(
+        "step_attribution",
+        job=step.job,
+        step=step.step,
+        time=utc(step.start_ns),
+        dimension=dimension,
+        group=group,
+        slowdown=value,
+        version=now_ns,
+    )
 
 
 def _without_steps(batch: OpBatch, steps: frozenset[int]) -> OpBatch | None:

@@ -179,9 +179,14 @@ def test_ops_columns_fill_the_ops_table() -> None:
     np.testing.assert_array_equal(columns["time"][:3], batches[0].start_ns)
 
 
-def test_the_scenarios_table_holds_the_stated_row() -> None:
-    from rankwatch.schemas.tables import SCENARIO_COLUMNS, scenario_row
+def test_a_row_is_checked_against_its_table_in_the_migrations() -> None:
+    from rankwatch.schemas.tables import table_row
 
-    assert tuple(ddl.tables()["scenarios"].columns) == SCENARIO_COLUMNS
-    with pytest.raises(ValueError, match="missing"):
-        scenario_row(job="j")
+    with pytest.raises(ValueError, match=r"missing \['detector', 'state', 'time', 'version'\]"):
+        table_row("detector_state", job="j")
+    with pytest.raises(ValueError, match=r"unknown \['colour'\]"):
+        table_row("announced", job="j", alert_id="a", state="firing", time=0, colour=1)
+    with pytest.raises(ValueError, match="no table"):
+        table_row("nowhere", job="j")
+    row = {"job": "j", "alert_id": "a", "state": "firing", "time": 0}
+    assert table_row("announced", **row) == row
