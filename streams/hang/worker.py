@@ -71,11 +71,7 @@ class HangState:
     ) -> None:
         self.settings = settings
         self.service = HangService(settings.hang, recall=self._recall)
-        self.delivery = Delivery(
-            (lambda: store) if store is not None else self._connect,
-            record_sent=True,
-            wall_ns=clock,
-        )
+        self.delivery = Delivery.for_settings(settings, store, record_sent=True, wall_ns=clock)
         self.clock = clock
         self.restored_episodes = 0
         self.reannounced = 0
@@ -130,18 +126,9 @@ class HangState:
                 self._baselines[job] = (times, now)
         return out
 
-    def _connect(self) -> Store:
-        return Store.connect(self.settings.dsn, database=self.settings.database)
-
 
 def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
-    app = new_app(
-        settings.group,
-        settings.bootstrap,
-        settings.partitions,
-        settings.offset_reset,
-        session_timeout_s=settings.session_timeout_s,
-    )
+    app = new_app(settings, settings.offset_reset)
     state = HangState(settings)
 
     def topic(kind: str) -> Any:

@@ -33,6 +33,7 @@ from typing import Any
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.kit.output import Output, Publication
 from rankwatch.streams.kit.restart import announced_row
+from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store, StoreError
 
@@ -84,6 +85,23 @@ class Delivery:
         self.last_error: str | None = None
         self.flush_s = 0.0
         """Longest flush since the shell last reset it."""
+
+    @classmethod
+    def for_settings(
+        cls,
+        settings: ServiceSettings,
+        store: Store | Callable[[], Store] | None = None,
+        max_rows: int = 200_000,
+        **kw: Any,
+    ) -> Delivery:
+        """The delivery of a worker with these settings: its store opened from the
+        settings' DSN, unless ``store`` (a store, or what opens one) is given."""
+        if store is None:
+            return cls(
+                lambda: Store.connect(settings.dsn, database=settings.database), max_rows, **kw
+            )
+        connect = store if callable(store) else (lambda: store)
+        return cls(connect, max_rows, **kw)
 
     # -- the store -----------------------------------------------------------------------
 

@@ -13,32 +13,27 @@ from typing import Any
 
 import faust
 
+from rankwatch.streams.kit.settings import ServiceSettings
+
 log = logging.getLogger("rankwatch.faust")
 
 
-def new_app(
-    group: str,
-    bootstrap: str,
-    partitions: int,
-    offset_reset: str = "earliest",
-    session_timeout_s: float | None = None,
-    **settings: Any,
-) -> faust.App:
-    """A faust app with in-memory state (rankwatch keeps its state in ClickHouse).
-    ``session_timeout_s``: how long a dead worker's partitions wait before they move
-    (heartbeats at a third of it, 3 s at most); None keeps faust's default."""
-    if session_timeout_s is not None:
-        settings["broker_session_timeout"] = session_timeout_s
-        settings["broker_heartbeat_interval"] = min(3.0, session_timeout_s / 3)
+def new_app(settings: ServiceSettings, offset_reset: str = "earliest", **extra: Any) -> faust.App:
+    """A faust app for a worker's settings (its group, broker, partitions and group
+    session), with in-memory state (rankwatch keeps its state in ClickHouse) and
+    ``extra`` faust settings. A dead worker's partitions move after the session timeout;
+    heartbeats go at a third of it, 3 s at most."""
     return faust.App(
-        group,
-        broker=f"kafka://{bootstrap}",
+        settings.group,
+        broker=f"kafka://{settings.bootstrap}",
         store="memory://",
         web_enabled=False,
         topic_replication_factor=1,
-        topic_partitions=partitions,
+        topic_partitions=settings.partitions,
         consumer_auto_offset_reset=offset_reset,
-        **settings,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        **extra,
     )
 
 

@@ -109,9 +109,7 @@ class MinderState:
         self.settings = settings
         self.model = load_model(settings.model_path)
         self.monitors: dict[str, JobMonitor] = {}
-        self.delivery = Delivery(
-            (lambda: store) if store is not None else self._connect, record_sent=True
-        )
+        self.delivery = Delivery.for_settings(settings, store, record_sent=True)
         self.dead_letters = 0
         self.unacked: dict[str, list[tuple[Token, int]]] = {}
         """job -> (token, sample ts_ns) of messages no stored snapshot covers yet"""
@@ -238,16 +236,10 @@ class MinderState:
         )  # fmt: skip
         return monitor
 
-    def _connect(self) -> Store:
-        return Store.connect(self.settings.dsn, database=self.settings.database)
-
 
 def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
     app = new_app(
-        settings.group,
-        settings.bootstrap,
-        settings.partitions,
-        session_timeout_s=settings.session_timeout_s,
+        settings,
         stream_wait_empty=False,  # unacknowledged events wait for their window, not rebalances
     )
     state = MinderState(settings)

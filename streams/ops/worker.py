@@ -36,10 +36,7 @@ def topic_names(settings: WorkerSettings) -> list[str]:
 
 def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     app = new_app(
-        settings.group,
-        settings.bootstrap,
-        settings.partitions,
-        session_timeout_s=settings.session_timeout_s,
+        settings,
         consumer_max_fetch_size=settings.fetch_bytes,
         stream_buffer_maxsize=settings.stream_buffer,
         broker_commit_interval=settings.commit_interval_s,

@@ -89,10 +89,7 @@ class WorkerState:
             keep_ops=settings.keep_ops,
             max_message_bytes=settings.max_message_bytes,
         )
-        self.delivery = Delivery(
-            connect or (lambda: Store.connect(settings.dsn, database=settings.database)),
-            settings.max_buffered_rows,
-        )
+        self.delivery = Delivery.for_settings(settings, connect, settings.max_buffered_rows)
         self.acks: AckTracker[Any] = AckTracker()
         self.counters = WorkerCounters()
         self.job_partitions: dict[str, tuple[str, int]] = {}
