@@ -113,6 +113,8 @@ class HangWorkerConfig:
     offset_reset: str = "latest"
     """Where a new consumer group starts: ``latest`` (heartbeats are about now) or
     ``earliest``."""
+    status_file: str = ""
+    """Health file written every tick (empty: none); ``rankwatch worker --health``."""
 
     def __post_init__(self) -> None:
         if self.offset_reset not in ("latest", "earliest"):
@@ -130,6 +132,8 @@ class MinderWorkerConfig:
     threshold: float = OnlineConfig.threshold
     model: str = ""
     """MODEL.npz from ``rankwatch minder train`` (empty: no denoising, default order)."""
+    status_file: str = ""
+    """Health file written every tick (empty: none); ``rankwatch worker --health``."""
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ def register(sub: Any) -> None:
     worker.add_argument("--tick", type=float, metavar="SECONDS", help="[hang] tick_s")
     worker.add_argument("--offset-reset", choices=("latest", "earliest"),
                         help="where a new group starts ([hang] offset_reset)")  # fmt: skip
+    worker.add_argument("--status-file", help="health file written every tick ([hang] status_file)")
     worker.add_argument("--loglevel", default="info")
     worker.set_defaults(func=run_worker)
 
@@ -56,19 +57,22 @@ def run_worker(args: argparse.Namespace) -> int:
         "hang.silent_after_s": args.silent_after,
         "hang.tick_s": args.tick,
         "hang.offset_reset": args.offset_reset,
+        "hang.status_file": args.status_file,
     }
     config = with_flags(load_config(args.config), flags)
     hang = config.hang
     settings = HangSettings(
         **service_settings(config, "-hang"),
+        status_file=hang.status_file or None,
         tick_s=hang.tick_s,
         offset_reset=hang.offset_reset,
         hang=HangConfig(k=hang.k, floor_s=hang.floor_s, silent_after_s=hang.silent_after_s),
     )
     prefix = settings.topic_prefix
     kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
-    make_topics(config.kafka, [f"{prefix}.{kind}" for kind in kinds])
-    app, _state = build_hang_app(settings)
+    report = make_topics(config.kafka, [f"{prefix}.{kind}" for kind in kinds])
+    app, state = build_hang_app(settings)
+    state.topics = dict(report.partitions)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0
 

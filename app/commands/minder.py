@@ -73,6 +73,9 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--window", type=int, metavar="SECONDS", help="[minder] window_s")
     worker.add_argument("--continuity", type=int, metavar="WINDOWS", help="[minder] continuity")
     worker.add_argument("--threshold", type=float, help="[minder] threshold")
+    worker.add_argument(
+        "--status-file", help="health file written every tick ([minder] status_file)"
+    )
     worker.add_argument("--loglevel", default="info")
     for p in (train, evaluate):
         p.add_argument("--epochs", type=int, default=5)
@@ -248,11 +251,13 @@ def _worker(args: argparse.Namespace) -> int:
         "minder.window_s": args.window,
         "minder.continuity": args.continuity,
         "minder.threshold": args.threshold,
+        "minder.status_file": args.status_file,
     }
     config = with_flags(load_config(args.config), flags)
     minder = config.minder
     settings = MinderSettings(
         **service_settings(config, "-minder"),
+        status_file=minder.status_file or None,
         online=OnlineConfig(
             window_s=minder.window_s,
             stride_s=minder.window_s,
@@ -262,9 +267,10 @@ def _worker(args: argparse.Namespace) -> int:
         model_path=minder.model,
     )
     prefix = settings.topic_prefix
-    make_topics(
+    report = make_topics(
         config.kafka, [f"{prefix}.{kind}" for kind in ("metrics", "alerts", "dead-letters")]
     )
-    app, _state = build_minder_app(settings)
+    app, state = build_minder_app(settings)
+    state.topics = dict(report.partitions)
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0

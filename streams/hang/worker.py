@@ -29,6 +29,7 @@ from rankwatch.streams.hang.detector import Episode, HangConfig
 from rankwatch.streams.hang.service import HangService, episode_from_alert
 from rankwatch.streams.kit.delivery import Delivery, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
+from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.settings import ServiceSettings
@@ -73,16 +74,34 @@ class HangState:
         self.service = HangService(settings.hang, recall=self._recall)
         self.delivery = Delivery.for_settings(settings, store, record_sent=True, wall_ns=clock)
         self.clock = clock
+        self.messages_in = 0
+        self.topics: dict[str, int] = {}
+        """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
         self.restored_episodes = 0
         self.reannounced = 0
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
+        self.messages_in += 1
         self.delivery.write(self.service.on_heartbeat(value, source, self.clock()))
 
     def on_stacks(self, value: bytes, source: Source) -> None:
+        self.messages_in += 1
         self.delivery.write(self.service.on_stacks(value, source, self.clock()))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and state for logs and the health file."""
+        return {
+            "messages_in": self.messages_in,
+            "dead_letters": self.service.dead_letters,
+            "jobs": len(self.service.detector.jobs()),
+            "open_episodes": len(self.service.detector.episodes()),
+            "restored_episodes": self.restored_episodes,
+            "reannounced_alerts": self.reannounced,
+            **self.delivery.snapshot(),
+            "topics": dict(self.topics),
+        }
 
     def on_tick(self) -> bool:
         """Evaluate the jobs and store their rows; True when everything is stored (its
@@ -146,11 +165,14 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
         async for event in stream.events():
             state.on_stacks(event.value, _source(event.message))
 
+    status = StatusReporter(app, settings.status_file, log)
+
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
         state.on_tick()
         await publish(state.delivery, out_topics)
+        await status(state.snapshot())
 
     return app, state
 

@@ -1,4 +1,5 @@
-"""Worker health: a JSON status file written every tick, and the check that reads it.
+"""Worker health: a JSON status file written every tick, and the check that reads it;
+the same for every worker (:class:`StatusReporter`).
 
 A file rather than an HTTP endpoint: it needs no port, works the same in a container
 (an exec probe: ``rankwatch worker --health FILE``) and on a laptop, and a test can
@@ -9,11 +10,13 @@ what :func:`health_problems` asks of its state holds.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import faust
 import orjson
 
 
@@ -62,3 +65,58 @@ def health_problems(status: dict[str, Any]) -> list[str]:
     if not status.get("store_connected") or float(status.get("store_retry_in_s", 0.0)) > 0:
         problems.append(f"store not writable: {status.get('last_error') or 'not connected yet'}")
     return problems
+
+
+class StatusReporter:
+    """A worker's tick report: its state's ``snapshot`` plus what its consumer holds
+    (assigned partitions, lag) and the :func:`health_problems` they show; logged (at
+    DEBUG every tick, at INFO once a minute) and written to ``status_file`` if any."""
+
+    def __init__(
+        self, app: faust.App, status_file: str | None, log: logging.Logger, every_s: float = 60.0
+    ) -> None:
+        self.app = app
+        self.status_file = status_file
+        self.log = log
+        self.every_s = every_s
+        self._logged = float("-inf")
+
+    async def __call__(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        assigned = _assignment(self.app)
+        snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
+        snapshot["lag"] = await _lag(self.app, assigned)
+        snapshot["problems"] = health_problems(snapshot)
+        self._log(snapshot)
+        if self.status_file:
+            write_status(self.status_file, snapshot)
+        return snapshot
+
+    def _log(self, snapshot: dict[str, Any]) -> None:
+        now = time.monotonic()
+        level = logging.INFO if now - self._logged >= self.every_s else logging.DEBUG
+        if level == logging.INFO:
+            self._logged = now
+        if self.log.isEnabledFor(level):
+            self.log.log(level, "counters %s", orjson.dumps(snapshot).decode())
+
+
+async def _lag(app: faust.App, assigned: set[Any]) -> dict[str, int]:
+    """Per assigned partition, records between the consumer's position and the end of
+    the log (0: caught up). A partition whose position is not known yet is left out."""
+    out = {}
+    for tp in assigned:
+        try:
+            position = await app.consumer.position(tp)
+            highwater = app.consumer.highwater(tp)
+        except Exception:  # not fetched yet, or the consumer is being rebuilt
+            continue
+        if position is not None and highwater is not None:
+            out[f"{tp.topic}:{tp.partition}"] = max(0, int(highwater) - int(position))
+    return out
+
+
+def _assignment(app: faust.App) -> set[Any]:
+    try:
+        return set(app.consumer.assignment())
+    except Exception:  # consumer not started yet
+        return set()

@@ -27,3 +27,6 @@ class ServiceSettings:
     """How often the worker's timer runs (closing steps, evaluating jobs, storing)."""
     session_timeout_s: float = 30.0
     """Kafka group session: how long a killed worker's partitions wait for a successor."""
+    status_file: str | None = None
+    """Where the worker writes its health (JSON) every tick; ``rankwatch worker --health
+    FILE`` checks it (any worker's)."""

@@ -36,6 +36,7 @@ from rankwatch.schemas.codec import InvalidMessage, decode
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.delivery import Delivery, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
+from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.settings import ServiceSettings
@@ -121,6 +122,9 @@ class MinderState:
         """job -> end of the window its recalled snapshot was taken at: messages up to
         it are in that snapshot, or were not needed by it."""
         self.restored_jobs = 0
+        self.messages_in = 0
+        self.topics: dict[str, int] = {}
+        """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
         self.clock = clock
         self.heard: dict[str, float] = {}
         """job -> when its latest message came (this worker's clock, seconds)"""
@@ -134,6 +138,7 @@ class MinderState:
         token: Token = None,
         key: bytes | None = None,
     ) -> None:
+        self.messages_in += 1
         try:
             msg = decode("metrics", value)
         except InvalidMessage as exc:
@@ -173,6 +178,19 @@ class MinderState:
         self.acks += self.settled
         self.settled = []
         return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and state for logs and the health file."""
+        return {
+            "messages_in": self.messages_in,
+            "dead_letters": self.dead_letters,
+            "jobs": len(self.monitors),
+            "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
+            "restored_jobs": self.restored_jobs,
+            "acks_waiting": sum(len(w) for w in self.unacked.values()),
+            **self.delivery.snapshot(),
+            "topics": dict(self.topics),
+        }
 
     def take_acks(self) -> list[Token]:
         acks, self.acks = self.acks, []
@@ -254,11 +272,14 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
             while state.delivery.full:  # back-pressure: the timer stores, then we read on
                 await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
+    status = StatusReporter(app, settings.status_file, log)
+
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         state.on_tick()
         for event in state.take_acks():
             event.ack()
         await publish(state.delivery, topics)
+        await status(state.snapshot())
 
     return app, state

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import faust
-import orjson
 
 from rankwatch.streams.kit.delivery import publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
-from rankwatch.streams.kit.health import health_problems, write_status
+from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
 from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
 
@@ -45,7 +43,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     state = WorkerState(settings)
     ops_topic = input_topic(app, settings.topic_prefix, "ops", settings.partitions)
     out_topics = output_topics(app, settings.topic_prefix, OUTPUT_KINDS)
-    counters_log = _EveryMinute()
+    status = StatusReporter(app, settings.status_file, log)
 
     async def settle() -> None:
         """Store, acknowledge what is stored, announce it (and the dead letters)."""
@@ -75,14 +73,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         await settle()
         snapshot = state.snapshot()
         state.input_lag_s = state.delivery.flush_s = 0.0
-        assigned = _assignment(app)
-        snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
-        snapshot["lag"] = await _lag(app, assigned)
-        snapshot["topics"] = dict(state.topics)
-        snapshot["problems"] = health_problems(snapshot)
-        counters_log(snapshot)
-        if settings.status_file:
-            write_status(settings.status_file, snapshot)
+        await status(snapshot)
 
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         await settle()
@@ -94,41 +85,3 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
 
 OUTPUT_KINDS = ("steps", "alerts", "signals", DEAD_LETTERS)
-
-
-class _EveryMinute:
-    """The counters line: at DEBUG every tick, at INFO once a minute."""
-
-    def __init__(self, every_s: float = 60.0) -> None:
-        self.every_s = every_s
-        self.last = float("-inf")
-
-    def __call__(self, snapshot: dict[str, Any]) -> None:
-        now = time.monotonic()
-        level = logging.INFO if now - self.last >= self.every_s else logging.DEBUG
-        if level == logging.INFO:
-            self.last = now
-        if log.isEnabledFor(level):
-            log.log(level, "counters %s", orjson.dumps(snapshot).decode())
-
-
-async def _lag(app: faust.App, assigned: set[Any]) -> dict[str, int]:
-    """Per assigned partition, records between the consumer's position and the end of
-    the log (0: caught up). A partition whose position is not known yet is left out."""
-    out = {}
-    for tp in assigned:
-        try:
-            position = await app.consumer.position(tp)
-            highwater = app.consumer.highwater(tp)
-        except Exception:  # not fetched yet, or the consumer is being rebuilt
-            continue
-        if position is not None and highwater is not None:
-            out[f"{tp.topic}:{tp.partition}"] = max(0, int(highwater) - int(position))
-    return out
-
-
-def _assignment(app: faust.App) -> set[Any]:
-    try:
-        return set(app.consumer.assignment())
-    except Exception:  # consumer not started yet
-        return set()

@@ -63,8 +63,6 @@ class WorkerSettings(ServiceSettings):
     """How often faust commits the acknowledged offsets (its default is 2.8 s). Only
     acknowledged (stored) offsets are ever committed; a shorter interval just lets the
     group's lag show what is stored sooner, and re-reads less after a crash."""
-    status_file: str | None = None
-    """Where the worker writes its health (JSON) every tick; see ``rankwatch worker --health``."""
 
 
 @dataclass
@@ -217,4 +215,5 @@ class WorkerState:
             "acks_waiting": self.acks.waiting,
             "acks_settled": self.acks.settled,
             "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),
+            "topics": dict(self.topics),
         }

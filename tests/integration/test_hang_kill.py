@@ -24,6 +24,7 @@ from support.devbroker import create_topics
 from support.workers import read_topic
 
 from rankwatch.schemas.codec import encode
+from rankwatch.streams.kit.health import check_status, read_status
 from rankwatch.streams.kit.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -85,6 +86,7 @@ def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess
     cmd = [sys.executable, "-m", "rankwatch", "hang", "worker", "--kafka", bootstrap]
     cmd += ["--clickhouse", dsn, "--floor", str(FLOOR_S), "--silent-after", "10"]
     cmd += ["--tick", "0.3", "--offset-reset", "earliest"]
+    cmd += ["--status-file", str(log.with_suffix(".status.json"))]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
 
@@ -126,6 +128,9 @@ def test_kill_9_mid_episode_keeps_one_alert_per_episode(
         time.sleep(20)
         assert worker.poll() is None, log.read_text()[-3000:]
         assert alerts_of(kafka_broker, prefix, 2, 3) == fired, "declared again after the restart"
+        status = read_status(log.with_suffix(".status.json"))  # the kit's health file
+        assert check_status(status, time.time_ns(), max_age_s=10, max_lag_s=60) == [], status
+        assert status["restored_episodes"] == 1 and status["open_episodes"] == 1, status
         ranks.move_on()
         got = alerts_of(kafka_broker, prefix, 2, 60)
         time.sleep(2)  # a few more ticks: a duplicate would show

@@ -24,6 +24,7 @@ from support.memstore import MemoryStore
 from support.workers import read_topic
 
 from rankwatch.agent import KafkaTransport, Outbox, metrics_message
+from rankwatch.streams.kit.health import check_status, read_status
 from rankwatch.streams.kit.store import Store
 from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.minder.worker import MinderSettings, MinderState
@@ -57,6 +58,7 @@ def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess
     env["RANKWATCH_SESSION_TIMEOUT_S"] = "6"  # the killed worker's partitions move on soon
     cmd = [sys.executable, "-m", "rankwatch", "minder", "worker", "--kafka", bootstrap]
     cmd += ["--clickhouse", dsn, "--window", "10", "--continuity", "3"]
+    cmd += ["--status-file", str(log.with_suffix(".status.json"))]
     with log.open("ab") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
 
@@ -122,6 +124,9 @@ def test_kill_9_mid_episode_keeps_one_alert_per_episode(
         got = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 2, 120))
         time.sleep(4)  # more ticks: the last windows' rows stored, a duplicate would show
         got = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 3, 3))
+        status = read_status(log.with_suffix(".status.json"))  # the kit's health file
+        assert check_status(status, time.time_ns(), max_age_s=10, max_lag_s=60) == [], status
+        assert status["restored_jobs"] == status["jobs"] == 2 and status["messages_in"], status
     finally:
         worker.terminate()
         worker.wait(timeout=30)
