@@ -80,7 +80,9 @@ def test_rotate_holds_out_each_server_in_turn(
         "by": "segments_within_false_alarm_budget",
         "false_alarms_per_machine_day": 1.0,
     }
-    assert "dev_segments_detected" not in out["baseline"]  # rotation reports per fold
+    for name in ("minder", "minder_peer", "minder_fused", "baseline"):  # chosen per fold
+        assert len(out[name]["chosen_per_fold"]) == 6
+        assert out[name]["held_out"]["segments"] == 1
     plain = ["minder", "eval", str(group), "--fa-budget", "1", "--epochs", "1"]
     assert main(plain) == 2
     assert "add --holdout or --rotate" in capsys.readouterr().err
