@@ -39,6 +39,7 @@ from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.ops.alerts import AlertConfig
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW
 from rankwatch.streams.ops.assembly import AssemblyConfig
+from rankwatch.streams.slowdown.detector import DetectorConfig
 
 DEFAULT_DSN = "chdb://var/chdb"
 
@@ -141,6 +142,8 @@ class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     clickhouse: ClickHouseConfig = field(default_factory=ClickHouseConfig)
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    slowdown: DetectorConfig = field(default_factory=DetectorConfig)
+    """The ops worker's hidden-slowdown detector (docs/detection.md, section 3)."""
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     hang: HangWorkerConfig = field(default_factory=HangWorkerConfig)
     minder: MinderWorkerConfig = field(default_factory=MinderWorkerConfig)

@@ -41,10 +41,15 @@ def run(args: argparse.Namespace) -> int:
     from rankwatch.streams.ops.analyser import WhatIfAnalyser
     from rankwatch.streams.ops.embedded import run_embedded
     from rankwatch.streams.ops.pipeline import Pipeline
+    from rankwatch.streams.slowdown.detector import SlowdownDetector
 
     with open_store(args.clickhouse, migrate=True) as store:
         dsn = store.where
-        pipeline = Pipeline(assembly=config.assembly, analyser=WhatIfAnalyser())
+        pipeline = Pipeline(
+            assembly=config.assembly,
+            analyser=WhatIfAnalyser(),
+            slowdown=SlowdownDetector(config.slowdown),
+        )
         fed = run_embedded(batches, pipeline, TableSink(store))
     c = pipeline.assembler.counters
     print(

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     settings = WorkerSettings(
         **service_settings(config),
         assembly=config.assembly,
+        slowdown=config.slowdown,
         alerts=AlertConfig(fire_at=worker.alert_slowdown, clear_below=worker.alert_clear),
         window=worker.window,
         keep_ops=worker.keep_ops,

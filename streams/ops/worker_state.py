@@ -32,6 +32,7 @@ from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.pipeline import Pipeline
 from rankwatch.streams.ops.recovery import load_history
+from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 
 log = logging.getLogger("rankwatch.worker")
 
@@ -41,6 +42,7 @@ class WorkerSettings(ServiceSettings):
     """The ops worker's settings: the shared ones and its own section."""
 
     assembly: AssemblyConfig = field(default_factory=AssemblyConfig)
+    slowdown: DetectorConfig = field(default_factory=DetectorConfig)
     alerts: AlertConfig = field(default_factory=AlertConfig)
     window: int = DEFAULT_WINDOW
     max_message_bytes: int = DEFAULT_MAX_BYTES
@@ -85,6 +87,7 @@ class WorkerState:
             analyser=WhatIfAnalyser(window=settings.window),
             alerts=StragglerAlerts(settings.alerts),
             keep_ops=settings.keep_ops,
+            slowdown=SlowdownDetector(settings.slowdown),
             max_message_bytes=settings.max_message_bytes,
         )
         self.delivery = Delivery.for_settings(settings, connect, settings.max_buffered_rows)

@@ -38,6 +38,18 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert load_config(env={"RANKWATCH_LATE": "reanalyse"}).assembly.late == "reanalyse"
 
 
+def test_the_slowdown_detector_takes_its_section(tmp_path: Path) -> None:
+    from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
+
+    path = tmp_path / "rankwatch.toml"
+    path.write_text("[slowdown]\nopen_after = 3\nflops_drop = 0.4\n")
+    config = load_config(path, env={})
+    assert (config.slowdown.open_after, config.slowdown.flops_drop) == (3, 0.4)
+    state = WorkerState(WorkerSettings(**service_settings(config), slowdown=config.slowdown))
+    assert state.pipeline.slowdown is not None
+    assert state.pipeline.slowdown.config.open_after == 3
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
