@@ -24,6 +24,15 @@ MAX_DUMPS_PER_JOB = 4096
 """Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
 
 
+@dataclass(frozen=True)
+class Dump:
+    """A rank's latest stack dump and when the rank took it (its own aligned clock, like
+    the progress times its heartbeats report)."""
+
+    sent_ns: int
+    threads: Any
+
+
 Recall = Callable[[str], tuple[Episode | None, list[float]]]
 """job -> its open episode and recent step times as stored (the shell's store lookup
 for a job first met)."""
@@ -39,7 +48,7 @@ class HangService:
 
     def __post_init__(self) -> None:
         self.detector = HangDetector(self.config)
-        self._dumps: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
+        self._dumps: dict[str, dict[int, Dump]] = {}
 
     def on_heartbeat(self, data: bytes, source: Source, now_ns: int) -> Output:
         try:
@@ -60,7 +69,7 @@ class HangService:
             return self._dead(data, source, now_ns, exc)
         dumps = self._dumps.setdefault(message["job"], {})
         dumps.pop(message["rank"], None)
-        dumps[message["rank"]] = message["threads"]
+        dumps[message["rank"]] = Dump(int(message["sent_ns"]), message["threads"])
         while len(dumps) > MAX_DUMPS_PER_JOB:
             dumps.pop(next(iter(dumps)))
         out = Output()
@@ -81,8 +90,18 @@ class HangService:
         return out
 
     def merged(self, episode: Episode) -> list[MergedStack]:
-        ranks = [r.rank for r in self.detector.ranks(episode.job)]
-        return merge_stacks(self._dumps.get(episode.job, {}), ranks)
+        """The episode's merged stacks, from the dumps that describe where each rank is
+        stuck: a dump taken before the rank's last progress is a wait it got out of (the
+        watchdog dumps any op in flight too long, and a loaded machine makes healthy
+        waits long), so it is left out and the rank counts as absent from every path."""
+        ranks = self.detector.ranks(episode.job)
+        progress = {r.rank: r.progress_ns for r in ranks}
+        dumps = {
+            rank: dump.threads
+            for rank, dump in self._dumps.get(episode.job, {}).items()
+            if dump.sent_ns >= progress.get(rank, 0)
+        }
+        return merge_stacks(dumps, [r.rank for r in ranks])
 
     def _dead(self, data: bytes, source: Source, now_ns: int, exc: InvalidMessage) -> Output:
         self.dead_letters += 1

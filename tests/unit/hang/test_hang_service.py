@@ -37,7 +37,8 @@ def heartbeat(rank: int, step: int, since_s: float, optype: str) -> bytes:
     )
 
 
-def dump(rank: int, fn: str) -> bytes:
+def dump(rank: int, fn: str, sent_s: float = 2.5) -> bytes:
+    """A watchdog's dump, by default of the op in flight since 0.5 s (its 2 s later)."""
     frames = [
         {"file": "t.py", "line": 1, "function": "main"},
         {"file": "t.py", "line": 2, "function": fn},
@@ -50,7 +51,7 @@ def dump(rank: int, fn: str) -> bytes:
             "job": "j",
             "host": f"h{rank}",
             "rank": rank,
-            "sent_ns": 1,
+            "sent_ns": int(sent_s * NS),
             "reason": "op in flight too long",
             "threads": [{"name": "Main", "thread_id": 1, "native": False, "frames": frames}],
         },
@@ -82,6 +83,25 @@ def test_episode_rows_stacks_and_a_single_firing_then_resolved_alert() -> None:
     (resolved,) = [m for kind, _, m in out.messages if kind == "alerts"]
     assert resolved["state"] == "resolved" and resolved["alert_id"] == alerts[0]["alert_id"]
     assert out.rows["hangs"][0]["resolved_at"] is not None
+
+
+def test_a_dump_from_before_the_ranks_last_progress_is_left_out_of_the_episode() -> None:
+    """Rank 2 waited long enough for a dump at 2.5 s, got out of that wait, and stopped
+    at 3 s: its old dump says nothing of where it is stuck, so the waits of ranks 0 and
+    1 are shown without it and rank 2 is in no path."""
+    svc = HangService(HangConfig(floor_s=5, silent_after_s=3))
+    for r in (0, 1):
+        svc.on_stacks(dump(r, "all_reduce_wait", sent_s=5.0), Source("rankwatch.stacks"), 5 * NS)
+    svc.on_heartbeat(heartbeat(2, 1, 0.5, "forward-recv"), SRC, NS)
+    svc.on_stacks(dump(2, "all_reduce_wait", sent_s=2.5), Source("rankwatch.stacks"), 3 * NS)
+    svc.on_heartbeat(heartbeat(2, 1, 3.0, "forward-compute"), SRC, 3 * NS)
+    stacks = []
+    for t in range(4, 14):
+        for r in (0, 1):
+            svc.on_heartbeat(heartbeat(r, 1, 3.0, "grads-reduce-scatter"), SRC, t * NS)
+        stacks += svc.on_tick(t * NS).rows.get("stacks", [])
+    assert stacks, "no episode declared"
+    assert {(s["ranks_text"], s["absent_ranks_text"]) for s in stacks} == {("0-1", "2")}
 
 
 def test_bad_heartbeats_are_dead_letters() -> None:
