@@ -167,7 +167,12 @@ def test_sigstop_names_the_stopped_rank_and_sigcont_resolves(
     kafka_broker: str, tmp_path: Path
 ) -> None:
     w = start_worker(kafka_broker, tmp_path)
-    cfg = w.workload(job="hang-stop", steps=3000)
+    # The stopped rank is also the job's straggler, so that the stop finds it in compute,
+    # as in the ground truth. A rank that is not slower than its peers spends part of
+    # each step waiting for them, and on a loaded machine one such wait can outlast the
+    # watchdog: stopped there, it is truly inside the collective the others wait in, and
+    # its last dump rightly shows it in that path (1 run in 10 under load 5, before).
+    cfg = w.workload(job="hang-stop", steps=3000, slow_rank=STOPPED, slow_matmuls=60)
     job = launch(cfg, tmp_path / "out")
     try:
         pids = ranks_running(w, cfg.job, cfg.world)
