@@ -82,7 +82,9 @@ def history_from(message: dict[str, Any]) -> JobHistory:
         first_seen_ns=message["first_seen_ns"],
         hosts=frozenset(message["hosts"]),
         layout=(int(layout[0]), int(layout[1])) if layout is not None else None,
-        coordinates={int(r): (int(d), int(p), int(t), int(c)) for r, d, p, t, c in message["coordinates"]},
+        coordinates={
+            int(r): (int(d), int(p), int(t), int(c)) for r, d, p, t, c in message["coordinates"]
+        },
         leaders=leaders,
         stored_batches=frozenset((int(r), int(q), int(s)) for r, q, s in message["stored_batches"]),
         summaries={

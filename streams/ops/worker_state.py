@@ -7,9 +7,14 @@ ops worker's own rules:
 
 - a message is acknowledged (its offset may be committed) only once everything it fed
   is stored (:mod:`rankwatch.streams.kit.acks`);
-- a job met for the first time is restored from the store first (its stored steps
-  count as late, its windows and open alert come back: :mod:`~.recovery`), and its
-  latest alert state is announced again.
+- a job met for the first time is restored first, from the newer of its ``jobstate``
+  message (what the worker that owned it before handed over: :mod:`~.handover`) and the
+  store (:mod:`~.recovery`): its stored steps count as late, its windows and open alert
+  come back, and its latest alert state is announced again;
+- after each flush, the ``jobstate`` message of every job the flush changed is sent
+  (:meth:`WorkerState.handover`) before the messages that fed it are acknowledged, so a
+  committed offset never runs ahead of the state the next owner restores from
+  (docs/sizing.md, "Moving jobs between workers").
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode, decode_ops, encode
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker
 from rankwatch.streams.kit.delivery import Delivery
@@ -30,11 +35,23 @@ from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
-from rankwatch.streams.ops.pipeline import Pipeline
-from rankwatch.streams.ops.recovery import load_history
+from rankwatch.streams.ops.handover import history_from, newest_closed, state_message
+from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
+from rankwatch.streams.ops.recovery import load_history, newest_stored_step
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 
 log = logging.getLogger("rankwatch.worker")
+
+JOBSTATE_MAX_BYTES = DEFAULT_MAX_BYTES
+"""Largest jobstate message written or read (the topic and the producer allow it)."""
+
+
+def _newer_in_store(store: Store, job: str, handed: int | None) -> bool:
+    """Whether the store holds a closed step of ``job`` newer than ``handed`` (the
+    newest closed step of its jobstate message): the store is then the newer history
+    (this worker owned the job last, and died before its jobstate message went out)."""
+    stored = newest_stored_step(store, job)
+    return stored is not None and (handed is None or stored > handed)
 
 
 @dataclass(frozen=True)
@@ -72,7 +89,12 @@ class WorkerCounters:
     messages_in: int = 0
     acked: int = 0
     restored_jobs: int = 0
+    restored_from_jobstate: int = 0
+    """Of ``restored_jobs``: from the job's jobstate message (newer than the store)."""
     reannounced_alerts: int = 0
+    jobstates_sent: int = 0
+    jobstates_bad: int = 0
+    """jobstate messages that could not be read back (the store is used instead)."""
 
 
 class WorkerState:
@@ -99,6 +121,10 @@ class WorkerState:
         self.input_lag_s = 0.0
         """Largest age (broker timestamp to processing) of a message since the last
         snapshot: how far behind the input the worker is."""
+        self.changed: set[str] = set()
+        """Jobs changed since their last jobstate message was sent."""
+        self._unacked: list[Any] = []
+        """Stored messages' tokens waiting for their jobs' jobstate messages to be sent."""
 
     # -- messages ----------------------------------------------------------------------
 
@@ -118,26 +144,34 @@ class WorkerState:
             and self.pipeline.precheck(batch, key)
         )
 
-    def restore(self, batch: OpBatch) -> bool:
-        """Load the history of ``batch``'s job from the store; False if the store is
-        unavailable."""
+    def restore(self, batch: OpBatch, saved: bytes | None = None) -> bool:
+        """Load the history of ``batch``'s job: from ``saved`` (its latest jobstate
+        message, None when there is none) unless the store has a newer closed step, else
+        from the store; False if the store is unavailable."""
         job, layout = batch.job, (batch.dp_size, batch.pp_size)
         if not self.delivery.store_ready:
             return False
+        handed = self._handed_over(job, saved)
         try:
-            history = load_history(
-                self.delivery.store(),
-                job,
-                layout,
-                closed_memory=self.settings.assembly.closed_memory,
-                window=self.settings.window,
-                alert_window=self.settings.alerts.window,
-            )
+            store = self.delivery.store()
+            if handed is None or _newer_in_store(store, job, newest_closed(handed)):
+                history = load_history(
+                    store,
+                    job,
+                    layout,
+                    closed_memory=self.settings.assembly.closed_memory,
+                    window=self.settings.window,
+                    alert_window=self.settings.alerts.window,
+                )
+                handed = None
+            else:
+                history = handed
         except StoreError as exc:
             self.delivery.failed(exc)
             return False
         self.pipeline.restore(job, layout, history)
         self.counters.restored_jobs += 1
+        self.counters.restored_from_jobstate += handed is not None
         if history.last_alert is not None:
             # a crash between storing an alert and publishing it would lose the message:
             # announce the job's latest alert state again (at least once; automation
@@ -145,13 +179,60 @@ class WorkerState:
             self.delivery.announce("alerts", job, history.last_alert.message())
             self.counters.reannounced_alerts += 1
         log.info(
-            "restored job %s: %d closed steps, %d in the window, open alert %s",
+            "restored job %s from %s: %d closed steps, %d in the window, open alert %s",
             job,
+            "its jobstate message" if handed is not None else "the store",
             len(history.closed_steps),
-            len(history.analysed),
+            len(history.summaries or {}) if handed is not None else len(history.analysed),
             history.open_alert,
         )
         return True
+
+    def _handed_over(self, job: str, saved: bytes | None) -> JobHistory | None:
+        """The history in a jobstate message; None (counted, logged) when there is none
+        or it cannot be read back: the store is then all there is."""
+        if saved is None:
+            return None
+        try:
+            message = decode("jobstate", saved, max_bytes=JOBSTATE_MAX_BYTES)
+            if message["job"] != job:
+                raise ValueError(f"keyed {job!r}, names {message['job']!r}")
+            return history_from(message)
+        except (InvalidMessage, ValueError, KeyError, TypeError) as exc:
+            self.counters.jobstates_bad += 1
+            log.warning("jobstate of %s not usable, restoring from the store: %s", job, exc)
+            return None
+
+    def handover(self) -> list[tuple[str, int, bytes]]:
+        """(job, source partition, jobstate message) of every job changed since its last
+        message: call right after a flush that stored everything (the message must
+        describe stored state only) and send them before acknowledging."""
+        out = []
+        for job in sorted(self.changed):
+            if not self.pipeline.knows(job) or job not in self.job_partitions:
+                continue
+            message = state_message(job, self.pipeline.history(job))
+            data = encode("jobstate", message, validate=False, max_bytes=JOBSTATE_MAX_BYTES)
+            out.append((job, self.job_partitions[job][1], data))
+        self.changed.clear()
+        return out
+
+    def handed_over(self, sent: list[tuple[str, int, bytes]], ok: bool) -> None:
+        """The broker has ``sent`` (``ok``), or sending them failed: their jobs stay
+        changed, for the next try."""
+        if ok:
+            self.counters.jobstates_sent += len(sent)
+        else:
+            self.changed.update(job for job, _, _ in sent)
+
+    def release(self, tokens: list[Any], ok: bool = True) -> list[Any]:
+        """The tokens now safe to acknowledge: ``tokens`` and those held back before,
+        once every jobstate message is sent (``ok``); none while one is not."""
+        self._unacked += tokens
+        if not ok:
+            return []
+        out, self._unacked = self._unacked, []
+        return out
 
     def on_message(
         self, token: Any, value: bytes, source: Source, batch: OpBatch | None = None
@@ -171,6 +252,7 @@ class WorkerState:
             job = out.pending[0][0]
         if job:
             self.job_partitions[job] = (source.topic, source.partition)
+            self.changed.add(job)
         self._write(out)
         self.acks.received(token, job, out.pending)
 
@@ -181,6 +263,7 @@ class WorkerState:
     def _write(self, out: Output) -> None:
         self.delivery.write(out)
         self.acks.closed((s.job, s.step) for s in out.steps)
+        self.changed.update(s.job for s in out.steps)
 
     @property
     def full(self) -> bool:
@@ -203,6 +286,7 @@ class WorkerState:
             self.pipeline.forget(job)
             del self.job_partitions[job]
         self.acks.forget(lambda job: job in gone)
+        self.changed -= gone
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""

@@ -6,6 +6,8 @@ and raw op exactly once, with the numbers of an uninterrupted run (docs/sizing.m
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,15 +116,19 @@ def test_the_message_carries_the_window_exactly() -> None:
     assert back.summaries is not None
     for step, summary in history.summaries.items():
         for name in ("count", "total", "median"):
-            np.testing.assert_array_equal(getattr(back.summaries[step], name), getattr(summary, name))
+            np.testing.assert_array_equal(
+                getattr(back.summaries[step], name), getattr(summary, name)
+            )
     assert back.closed_steps == sorted(history.closed_steps)
     assert back.slowdowns == history.slowdowns and back.leaders == history.leaders
     assert back.layout == history.layout and back.coordinates == history.coordinates
     assert back.stored_batches == history.stored_batches
+    assert back.last_top == history.last_top and back.last_top is not None
+    assert back.last_alert == history.last_alert
 
 
 @given(st.sets(st.integers(0, 10_000), max_size=200))
 def test_step_ranges_round_trip(steps: set[int]) -> None:
     ranges = step_ranges(list(steps))
     assert steps_of(ranges) == sorted(steps)
-    assert all(b[0] > a[1] + 1 for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(b[0] > a[1] + 1 for a, b in itertools.pairwise(ranges))
