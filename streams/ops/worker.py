@@ -51,11 +51,11 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     )
     status = StatusReporter(app, settings.status_file, log)
 
-    async def settle() -> None:
-        """Store, hand the changed jobs' state over, acknowledge what is stored, announce
-        it (and the dead letters)."""
+    async def settle(every: bool = False) -> None:
+        """Store, hand the changed jobs' state over (``every`` job's: the partitions are
+        being revoked), acknowledge what is stored, announce it (and the dead letters)."""
         tokens = state.flush()
-        sent = await send_jobstates(state.handover())
+        sent = await send_jobstates(state.handover(every) if state.stored else [])
         for event in state.release(tokens, sent):
             event.ack()
         await publish(state.delivery, out_topics)
@@ -126,7 +126,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         revocations[0] += 1
-        await settle()  # the new owner restores from the jobstate messages sent here
+        await settle(every=True)  # the new owner restores from the jobstate messages sent here
         state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
         changelog.forget()  # re-read at the next job met: the partitions may come back
 

@@ -95,6 +95,8 @@ class WorkerCounters:
     jobstates_sent: int = 0
     jobstates_bad: int = 0
     """jobstate messages that could not be read back (the store is used instead)."""
+    jobstates_too_large: int = 0
+    """jobstate messages over ``JOBSTATE_MAX_BYTES``, not sent (docs/sizing.md)."""
 
 
 class WorkerState:
@@ -122,7 +124,12 @@ class WorkerState:
         """Largest age (broker timestamp to processing) of a message since the last
         snapshot: how far behind the input the worker is."""
         self.changed: set[str] = set()
-        """Jobs changed since their last jobstate message was sent."""
+        """Jobs that closed a step since their last jobstate message was sent (what the
+        next owner must know to go on exactly changes with a closed step; the batches
+        stored for open steps in between are sent with the next one)."""
+        self.stored = False
+        """Whether the latest :meth:`flush` stored everything (only then may the jobs'
+        state be handed over: it must describe stored rows only)."""
         self._unacked: list[Any] = []
         """Stored messages' tokens waiting for their jobs' jobstate messages to be sent."""
 
@@ -203,16 +210,22 @@ class WorkerState:
             log.warning("jobstate of %s not usable, restoring from the store: %s", job, exc)
             return None
 
-    def handover(self) -> list[tuple[str, int, bytes]]:
+    def handover(self, every: bool = False) -> list[tuple[str, int, bytes]]:
         """(job, source partition, jobstate message) of every job changed since its last
-        message: call right after a flush that stored everything (the message must
-        describe stored state only) and send them before acknowledging."""
+        message (``every``: of every job, as the partitions are revoked): call right
+        after a flush that stored everything (the message must describe stored state
+        only) and send them before acknowledging."""
         out = []
-        for job in sorted(self.changed):
+        for job in sorted(self.job_partitions if every else self.changed):
             if not self.pipeline.knows(job) or job not in self.job_partitions:
                 continue
             message = state_message(job, self.pipeline.history(job))
-            data = encode("jobstate", message, validate=False, max_bytes=JOBSTATE_MAX_BYTES)
+            try:
+                data = encode("jobstate", message, validate=False, max_bytes=JOBSTATE_MAX_BYTES)
+            except InvalidMessage as exc:  # too large: the job cannot be handed over
+                self.counters.jobstates_too_large += 1
+                log.error("jobstate of %s not sent: %s", job, exc.detail)
+                continue
             out.append((job, self.job_partitions[job][1], data))
         self.changed.clear()
         return out
@@ -252,7 +265,6 @@ class WorkerState:
             job = out.pending[0][0]
         if job:
             self.job_partitions[job] = (source.topic, source.partition)
-            self.changed.add(job)
         self._write(out)
         self.acks.received(token, job, out.pending)
 
@@ -272,7 +284,8 @@ class WorkerState:
     def flush(self) -> list[Any]:
         """Store everything buffered; return the tokens now safe to acknowledge (empty
         when the store is unavailable: retried with backoff on a later call)."""
-        if not self.delivery.flush():
+        self.stored = self.delivery.flush()
+        if not self.stored:
             return []
         safe = self.acks.flushed()
         self.counters.acked += len(safe)

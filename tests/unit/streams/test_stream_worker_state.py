@@ -108,16 +108,22 @@ def test_jobstate_messages_describe_what_is_stored_and_hold_back_the_acks() -> N
     data = list(enumerate(messages()))
     consume(state, data[:14])  # steps 0-2 complete, step 3 open (two of its batches)
     tokens = state.flush()
+    assert state.stored
     handed = state.handover()
     assert [(job, partition) for job, partition, _ in handed] == [("j", 0)]
     message = decode("jobstate", handed[0][2])
     assert message["closed"] == [[0, 2]] and len(message["window"]) == 3
     assert sorted(step for _, _, step in message["stored_batches"]) == [3, 3]
     assert state.handover() == []  # nothing changed since
+    assert [job for job, _, _ in state.handover(every=True)] == ["j"]  # as it is revoked
     # not sent: the stored messages are not acknowledged, the job stays to be sent
     state.handed_over(handed, ok=False)
     assert state.release(tokens, ok=False) == [] and state.changed == {"j"}
     assert sorted(state.release([], ok=True)) == list(range(12))
+    # a flush that fails stores nothing: nothing to hand over, the job stays changed
+    consume(state, data[14:18])  # closes step 3
+    state.delivery.sink.store.down = True  # type: ignore[union-attr]
+    assert state.flush() == [] and not state.stored and state.changed == {"j"}
 
 
 class StoreWithSteps(MemoryStore):
