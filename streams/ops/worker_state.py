@@ -204,7 +204,10 @@ class WorkerState:
             message = decode("jobstate", saved, max_bytes=JOBSTATE_MAX_BYTES)
             if message["job"] != job:
                 raise ValueError(f"keyed {job!r}, names {message['job']!r}")
-            return history_from(message)
+            history = history_from(message)
+            if history.detector is not None:  # checked field by field: a trial load
+                SlowdownDetector(self.settings.slowdown).load(job, history.detector)
+            return history
         except (InvalidMessage, ValueError, KeyError, TypeError) as exc:
             self.counters.jobstates_bad += 1
             log.warning("jobstate of %s not usable, restoring from the store: %s", job, exc)

@@ -192,18 +192,26 @@ class SlowdownDetector:
         return {"tracks": tracks, "alerts": [a.message() for a in held.alerts.values()]}
 
     def load(self, job: str, state: Mapping[str, Any]) -> None:
-        """Take over a job exactly as :meth:`state` described it."""
+        """Take over a job exactly as :meth:`state` described it. Raises ValueError
+        (KeyError, TypeError) on a state that is not one, and then changes nothing."""
         c = self.config
-        held = self._jobs[job] = _Job()
+        held = _Job()
         for t in state["tracks"]:
-            held.tracks[(t["kind"], int(t["rank"]))] = _Track(
+            if t["kind"] not in KINDS or not isinstance(t["rank"], int) or t["rank"] < JOB_RANK:
+                raise ValueError(f"bad track {t.get('kind')!r} of rank {t.get('rank')!r}")
+            if len(t["pending"]) > c.open_within or not all(
+                isinstance(v, bool) for v in (*t["recent"], t["open"])
+            ):
+                raise ValueError(f"bad track {t['kind']!r} of rank {t['rank']}")
+            held.tracks[(t["kind"], t["rank"])] = _Track(
                 history=deque(map(_number, t["history"]), maxlen=c.window),
-                recent=deque(map(bool, t["recent"]), maxlen=c.open_within),
+                recent=deque(t["recent"], maxlen=c.open_within),
                 run=int(t["run"]),
-                open=bool(t["open"]),
+                open=t["open"],
                 pending=deque(map(_number, t["pending"])),
             )
         held.alerts = {a["kind"]: _held(a) for a in state["alerts"] if a["kind"] in KINDS}
+        self._jobs[job] = held
 
     def restore(
         self,

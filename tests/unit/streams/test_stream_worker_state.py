@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import decode, encode_ops
@@ -163,3 +164,9 @@ def test_a_job_met_again_restores_from_the_newer_of_its_jobstate_and_the_store()
     bad = _state(MemoryStore())
     assert bad.restore(batch, saved[:-5])
     assert bad.snapshot()["jobstates_bad"] == 1 and bad.snapshot()["restored_from_jobstate"] == 0
+    track = {"kind": "flops-drop", "rank": 0, "history": [1.0], "recent": [False],
+             "pending": [], "run": 0, "open": "yes"}  # fmt: skip
+    odd = orjson.dumps({**orjson.loads(saved), "detector": {"tracks": [track], "alerts": []}})
+    worse = _state(MemoryStore())
+    assert worse.restore(batch, odd)  # a track the schema lets through, the detector not
+    assert worse.snapshot()["jobstates_bad"] == 1 and not worse.pipeline.slowdown._jobs  # type: ignore[union-attr]
