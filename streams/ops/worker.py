@@ -55,7 +55,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         """Store, hand the changed jobs' state over (``every`` job's: the partitions are
         being revoked), acknowledge what is stored, announce it (and the dead letters)."""
         tokens = state.flush()
-        sent = await send_jobstates(state.handover(every) if state.stored else [])
+        sent = state.stored and await send_jobstates(state.handover(every))
         for event in state.release(tokens, sent):
             event.ack()
         await publish(state.delivery, out_topics)
@@ -103,6 +103,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
                 generation = revocations[0]
                 await restore(batch, msg.partition)
                 if revocations[0] != generation:  # revoked meanwhile: the owner re-reads it
+                    state.forget_job(batch.job)
                     continue
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
@@ -130,10 +131,17 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
         changelog.forget()  # re-read at the next job met: the partitions may come back
 
-    async def close_changelog(sender: Any, **_: Any) -> None:
+    async def on_shutdown(sender: Any, **_: Any) -> None:
+        """A graceful stop: faust calls no revocation handler then (the group hears of
+        the member leaving), so store and hand every job over here, while the producer
+        still runs; the next owners re-read from the committed offsets."""
+        try:
+            await settle(every=True)
+        except Exception:  # never keep the process from stopping
+            log.exception("final settle at shutdown failed")
         await changelog.stop()
 
-    app.on_before_shutdown.connect(close_changelog)  # type: ignore[arg-type]
+    app.on_before_shutdown.connect(on_shutdown)  # type: ignore[arg-type]
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 

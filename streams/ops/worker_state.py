@@ -243,7 +243,8 @@ class WorkerState:
 
     def release(self, tokens: list[Any], ok: bool = True) -> list[Any]:
         """The tokens now safe to acknowledge: ``tokens`` and those held back before,
-        once every jobstate message is sent (``ok``); none while one is not."""
+        once a flush stored everything and its jobstate messages are sent (``ok``:
+        including those of the jobs whose sending failed before); none otherwise."""
         self._unacked += tokens
         if not ok:
             return []
@@ -303,6 +304,16 @@ class WorkerState:
             del self.job_partitions[job]
         self.acks.forget(lambda job: job in gone)
         self.changed -= gone
+        # faust rebalances eagerly: every partition is revoked, and read again from its
+        # committed offset once assigned; tokens held back are of those reads
+        self._unacked.clear()
+
+    def forget_job(self, job: str) -> None:
+        """Drop a job restored while its partition was being revoked (its next owner,
+        maybe this worker again, restores it anew)."""
+        self.pipeline.forget(job)
+        self.job_partitions.pop(job, None)
+        self.changed.discard(job)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""
