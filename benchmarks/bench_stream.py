@@ -17,8 +17,9 @@ Cases:
 - ``group``: horizontal scale. Four jobs (the trace under four names whose keys land
   on the four partitions of the topic), ``--copies`` long each, drained by one worker
   and by two workers in one consumer group, each worker pinned to its own core:
-  records/s from the group's assignment to the last offset committed, ``--repeats``
-  times each, median and range, and the two-worker median over the one-worker one.
+  records/s from the first send to the last offset committed, and records per second
+  of the workers' CPU (all of them together), ``--repeats`` times each, alternating,
+  median and range, and the two-worker median over the one-worker one.
 - ``latency``: a live replay paced at ``--rate`` records/s; per step, from the send of
   its last batch to its announcement on ``<prefix>.steps`` (sent right after the row
   is stored; the broker's timestamp): p50 / p95 / max.
@@ -169,19 +170,26 @@ def group(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: the group never split the partitions")
             time.sleep(0.25)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), [_cpu_s(w.proc.pid) for w in procs]
         asyncio.run(_send_all(broker, topic, encoded))
         while uncommitted(broker, f"{prefix}-workers", topic, partitions) > 0:
             if time.monotonic() - t0 > 900:
                 raise RuntimeError(f"{name}: not drained in 900 s")
             time.sleep(0.25)
         seconds = time.monotonic() - t0
-        steps = [w.status().get("steps_analysed", 0) for w in procs]
+        cpu = [_cpu_s(w.proc.pid) - c for w, c in zip(procs, cpu0, strict=True)]
+        statuses = [w.status() for w in procs]
     finally:
         for w in procs:
             w.stop()
-    return {"records": records, "seconds": seconds, "records_per_s": records / seconds,
-            "steps_per_worker": steps}  # fmt: skip
+    return {
+        "records": records,
+        "seconds": seconds,
+        "records_per_s": records / seconds,
+        "records_per_worker": [s.get("records_in", 0) for s in statuses],
+        "worker_cpu_s": cpu,
+        "records_per_worker_cpu_s": records / sum(cpu),
+    }
 
 
 def group_case(
@@ -200,10 +208,14 @@ def group_case(
     out: dict[str, Any] = {"jobs": 4, "copies": copies, "records": runs[1][0]["records"]}
     for n, results in runs.items():
         rates = [x["records_per_s"] for x in results]
+        per_cpu = [x["records_per_worker_cpu_s"] for x in results]
         out[f"{n}-worker"] = {
             "records_per_s_median": statistics.median(rates),
             "records_per_s_min": min(rates),
             "records_per_s_max": max(rates),
+            "records_per_worker_cpu_s_median": statistics.median(per_cpu),
+            "records_per_worker_cpu_s_min": min(per_cpu),
+            "records_per_worker_cpu_s_max": max(per_cpu),
             "runs": results,
         }
     out["ratio_2_over_1"] = (
