@@ -132,3 +132,34 @@ def test_step_ranges_round_trip(steps: set[int]) -> None:
     ranges = step_ranges(list(steps))
     assert steps_of(ranges) == sorted(steps)
     assert all(b[0] > a[1] + 1 for a, b in itertools.pairwise(ranges))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_kill_between_a_flush_and_its_jobstate_stores_again_identically(
+    data: st.DataObject,
+) -> None:
+    """The old owner's latest jobstate message is from an earlier flush (it was killed
+    after storing more steps and before their message went out): the new owner re-reads
+    from the offset that message covers and stores those steps again, the same rows.
+    Deduplicated on (job, step), the union is the uninterrupted run."""
+    sent = data.draw(st.integers(1, len(MESSAGES) - 2), label="last jobstate after message")
+    killed = data.draw(st.integers(sent + 1, len(MESSAGES) - 1), label="killed after message")
+    old = pipeline()
+    before = feed(old, MESSAGES[:sent])
+    handed = handed_over(old, "j")  # the last message that reached the broker
+    before.extend(feed(old, MESSAGES[sent:killed], sent))  # stored, never handed over
+    start = first_uncommitted(feed(pipeline(), MESSAGES[:sent]), MESSAGES[:sent])
+    after = feed(handed, MESSAGES[start:], start)
+    after.extend(handed.flush(0))
+
+    expected = {r["step"]: r for r in WHOLE.rows["steps"]}
+    rows = before.rows.get("steps", []) + after.rows.get("steps", [])
+    assert {r["step"] for r in rows} == set(expected)  # nothing lost
+    for row in rows:  # a step stored twice: the same figures both times
+        for name in ("t_base", "t_sim", "t_ideal", "slowdown", "partial", "n_ops"):
+            assert row[name] == expected[row["step"]][name], (row["step"], name)
+    alerts = before.rows.get("alerts", []) + after.rows.get("alerts", [])
+    assert {(a["alert_id"], a["state"], a["ts_ns"], a["evidence"]) for a in alerts} == {
+        (a["alert_id"], a["state"], a["ts_ns"], a["evidence"]) for a in WHOLE.rows["alerts"]
+    }
