@@ -14,6 +14,12 @@ Cases:
   worker's group assignment to the last offset committed (committed = stored), and the
   worker's peak RSS (VmHWM): bounded memory means the N-times-longer replay peaks
   within a small constant of the 1x one.
+- ``group``: horizontal scale. Four jobs (the trace under four names whose keys land
+  on the four partitions of the topic), ``--copies`` long each, drained by one worker
+  and by two workers in one consumer group, each worker pinned to its own core:
+  records/s from the first send to the last offset committed, and records per second
+  of the workers' CPU (all of them together), ``--repeats`` times each, alternating,
+  median and range, and the two-worker median over the one-worker one.
 - ``latency``: a live replay paced at ``--rate`` records/s; per step, from the send of
   its last batch to its announcement on ``<prefix>.steps`` (sent right after the row
   is stored; the broker's timestamp): p50 / p95 / max.
@@ -51,7 +57,7 @@ from rankwatch.traceio import read_meta, read_trace
 # the dev broker and the worker helpers are test helpers (tests/support), not in the wheel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.devbroker import DevBroker, create_topics
-from support.workers import WorkerProcess, uncommitted
+from support.workers import WorkerProcess, spread_jobs, uncommitted
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
 
@@ -130,6 +136,92 @@ def drain(
         "records_per_cpu_s": records / cpu,
         "peak_rss_mib": peak,
     }
+
+
+def group(
+    broker: str, batches: list[ReplayedBatch], work: Path, workers: int, name: str
+) -> dict[str, Any]:
+    """Time ``workers`` workers of one consumer group, worker i pinned to core i (with
+    one worker: the last core, as ``drain``), taking four jobs from a four-partition
+    topic into their own chDB stores: the group joins the empty topic and splits it,
+    then the replay is sent as fast as the producer goes."""
+    prefix = f"g{uuid.uuid4().hex[:8]}"
+    topic, partitions = f"{prefix}.ops", 4
+    asyncio.run(create_topics(broker, [topic], partitions))
+    records = sum(len(b.batch) for b in batches)
+    encoded = [(b.batch.job.encode(), encode_ops(b.batch)) for b in batches]
+    cores = os.cpu_count() or 1
+    procs = [
+        _pinned(
+            WorkerProcess(broker, prefix, f"chdb://{work / f'{name}{i}'}", work, f"{name}{i}"),
+            core=(i if workers > 1 else cores - 1) % cores,
+        )
+        for i in range(workers)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # every worker owns partitions, together all of them
+            owned = [
+                {a for a in w.status().get("assigned", []) if a.startswith(f"{topic}:")}
+                for w in procs
+            ]
+            if all(owned) and len(set().union(*owned)) == partitions:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: the group never split the partitions")
+            time.sleep(0.25)
+        t0, cpu0 = time.monotonic(), [_cpu_s(w.proc.pid) for w in procs]
+        asyncio.run(_send_all(broker, topic, encoded))
+        while uncommitted(broker, f"{prefix}-workers", topic, partitions) > 0:
+            if time.monotonic() - t0 > 900:
+                raise RuntimeError(f"{name}: not drained in 900 s")
+            time.sleep(0.25)
+        seconds = time.monotonic() - t0
+        cpu = [_cpu_s(w.proc.pid) - c for w, c in zip(procs, cpu0, strict=True)]
+        statuses = [w.status() for w in procs]
+    finally:
+        for w in procs:
+            w.stop()
+    return {
+        "records": records,
+        "seconds": seconds,
+        "records_per_s": records / seconds,
+        "records_per_worker": [s.get("records_in", 0) for s in statuses],
+        "worker_cpu_s": cpu,
+        "records_per_worker_cpu_s": records / sum(cpu),
+    }
+
+
+def group_case(
+    broker: str, trace: Any, meta: Any, copies: int, repeats: int, work: Path
+) -> dict[str, Any]:
+    """One worker against two on the same four jobs, alternated ``repeats`` times."""
+    origin = time.time_ns()
+    batches = [
+        b for job in spread_jobs(4, 4) for b in replay_repeated(trace, meta, job, origin, copies)
+    ]
+    batches.sort(key=lambda b: (b.sent_ns, b.batch.job, b.batch.rank))
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: []}
+    for r in range(repeats):
+        for n in (1, 2):
+            runs[n].append(group(broker, batches, work, n, f"g{n}r{r}-"))
+    out: dict[str, Any] = {"jobs": 4, "copies": copies, "records": runs[1][0]["records"]}
+    for n, results in runs.items():
+        rates = [x["records_per_s"] for x in results]
+        per_cpu = [x["records_per_worker_cpu_s"] for x in results]
+        out[f"{n}-worker"] = {
+            "records_per_s_median": statistics.median(rates),
+            "records_per_s_min": min(rates),
+            "records_per_s_max": max(rates),
+            "records_per_worker_cpu_s_median": statistics.median(per_cpu),
+            "records_per_worker_cpu_s_min": min(per_cpu),
+            "records_per_worker_cpu_s_max": max(per_cpu),
+            "runs": results,
+        }
+    out["ratio_2_over_1"] = (
+        out["2-worker"]["records_per_s_median"] / out["1-worker"]["records_per_s_median"]
+    )
+    return out
 
 
 async def _send_all(broker: str, topic: str, encoded: list[tuple[bytes, bytes]]) -> None:
@@ -241,11 +333,12 @@ def _job_shape(trace: Any, batches: list[ReplayedBatch]) -> dict[str, Any]:
     }
 
 
-def _pinned(worker: WorkerProcess) -> WorkerProcess:
-    """Pin the worker (and its threads) to the last core, when taskset exists."""
+def _pinned(worker: WorkerProcess, core: int | None = None) -> WorkerProcess:
+    """Pin the worker (and its threads) to ``core`` (default: the last one), when
+    taskset exists."""
     if shutil.which("taskset"):
-        core = str((os.cpu_count() or 1) - 1)
-        subprocess.run(["taskset", "-a", "-p", "-c", core, str(worker.proc.pid)], check=False,
+        cpu = str((os.cpu_count() or 1) - 1 if core is None else core)
+        subprocess.run(["taskset", "-a", "-p", "-c", cpu, str(worker.proc.pid)], check=False,
                        capture_output=True)  # fmt: skip
     return worker
 
@@ -291,8 +384,9 @@ def main() -> int:
     parser.add_argument(
         "--cases",
         default="core,kafka-1x,kafka-Nx,latency",
-        help="comma-separated subset of core, kafka-1x, kafka-Nx, latency",
+        help="comma-separated subset of core, kafka-1x, kafka-Nx, latency, group",
     )
+    parser.add_argument("--repeats", type=int, default=3, help="group case: runs of each")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
@@ -332,6 +426,8 @@ def main() -> int:
             results["kafka-1x-without-ops"] = drain(
                 bootstrap, one, work, "n1", RANKWATCH_KEEP_OPS="0"
             )
+        if "group" in cases:
+            results["group"] = group_case(bootstrap, trace, meta, args.copies, args.repeats, work)
         if "latency" in cases:
             per_step = results["job"]["records_per_step"]
             rate = (

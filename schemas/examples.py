@@ -205,6 +205,24 @@ def rank_step(**overrides: Any) -> dict[str, Any]:
     }
 
 
+def _jobstate() -> dict[str, Any]:
+    return {
+        "job": "job-1",
+        "layout": [2, 4],
+        "closed": [[0, 2]],
+        "first_seen_ns": T0_NS,
+        "hosts": ["node-3"],
+        "coordinates": [[5, 1, 2, 0, 0]],
+        "stored_batches": [[5, 17, 3]],
+        "window": [{"step": 2, "count": [8.0, 8.0], "total": [0.4, 0.8], "median": [0.05, None]}],
+        "slowdowns": [[2, 1.25]],
+        "leaders": [{"step": 2, "dimension": "stage", "group": "3", "slowdown": 1.18}],
+        "last_top": {"step": 2, "dimension": "stage", "group": "3", "slowdown": 1.18},
+        "last_alert": None,
+        "detector": None,
+    }
+
+
 _BODIES = {
     "ops": _ops,
     "heartbeats": _heartbeats,
@@ -213,4 +231,5 @@ _BODIES = {
     "steps": _steps,
     "alerts": _alerts,
     "signals": _signals,
+    "jobstate": _jobstate,
 }

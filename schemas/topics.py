@@ -10,8 +10,11 @@ TOPICS: dict[str, str] = {
     "steps": "rankwatch.steps",
     "alerts": "rankwatch.alerts",
     "signals": "rankwatch.signals",
+    "jobstate": "rankwatch.jobstate",
 }
-"""Message kind -> topic. Messages are keyed by job, so one worker owns a job's state."""
+"""Message kind -> topic. Messages are keyed by job, so one worker owns a job's state.
+``jobstate`` is the ops workers' own changelog (compacted: the latest message per job),
+read by the worker a job's partition moves to."""
 
 DEAD_LETTER_TOPIC = "rankwatch.dead-letters"
 """Where a worker republishes every message it refused, keyed by job, the value the

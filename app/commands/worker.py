@@ -36,7 +36,13 @@ def run(args: argparse.Namespace) -> int:
 
     from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.ops.alerts import AlertConfig
-    from rankwatch.streams.ops.worker import WorkerSettings, build_app, topic_names
+    from rankwatch.streams.ops.worker import (
+        JOBSTATE_TOPIC_CONFIG,
+        WorkerSettings,
+        build_app,
+        jobstate_topic_name,
+        topic_names,
+    )
 
     config = with_flags(
         load_config(args.config),
@@ -62,8 +68,13 @@ def run(args: argparse.Namespace) -> int:
         status_file=worker.status_file or None,
     )
     report = make_topics(config.kafka, topic_names(settings))
+    # the jobs' handover states: compacted, one partition per input partition
+    ops_partitions = report.partitions[topic_names(settings)[0]]
+    handover = make_topics(
+        config.kafka, [jobstate_topic_name(settings)], ops_partitions, JOBSTATE_TOPIC_CONFIG
+    )
     app, state = build_app(settings)
-    state.topics = dict(report.partitions)
+    state.topics = {**report.partitions, **handover.partitions}
     Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
     return 0
 

@@ -6,7 +6,8 @@ clickhouse-connect or chDB), ``sink`` (batched inserts of an ``Output``), ``deli
 (store, then publish: retry with backoff, back-pressure, the send and its record; every
 worker's guarantees), ``restart``
 (the detector snapshots and announced alerts the hang and Minder workers read back),
-``health`` (the status file and its check).
+``health`` (the status file and its check), ``changelog`` (the latest value per key
+of a compacted topic's partition: the ops worker's job handover).
 
 Pure: ``output`` (what a core hands its shell: rows, publications, dead letters,
 where a message came from), ``deadletter`` (one shape for refused messages),
@@ -14,4 +15,4 @@ where a message came from), ``deadletter`` (one shape for refused messages),
 ``settings`` (what every worker's settings hold), ``times``.
 """
 
-SHELL = ("faustapp", "topics", "store", "sink", "delivery", "restart", "health")
+SHELL = ("faustapp", "topics", "store", "sink", "delivery", "restart", "health", "changelog")

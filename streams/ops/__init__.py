@@ -4,7 +4,8 @@ Pure core: ``pipeline`` (decode -> assemble -> analyse -> rows), ``assembly`` (p
 batches into steps), ``identity`` (a job's layout fixed once), ``jobs`` (the ``jobs``
 row), ``analyser`` (the live what-if of a step), ``window`` (rolling windows),
 ``alerts`` (straggler alerts), ``live`` (the live figures of a whole trace),
-``replay`` (a trace as the hooks would send it).
+``replay`` (a trace as the hooks would send it), ``handover`` (a job's state as one
+``jobstate`` message, for the worker its partition moves to).
 
 Shell: ``worker`` (the faust agent), ``worker_state`` (acks, sink, recovery and
 publishing between the agent and the pipeline), ``recovery`` (what the store

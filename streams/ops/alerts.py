@@ -104,6 +104,20 @@ class _JobAlerts:
     step that tips the rolling S was itself below the attribution threshold."""
     leaders: dict[int, Leaders] = field(default_factory=dict)
     """step -> the top group of each blame dimension in that step (the window's steps)."""
+    last: Alert | None = None
+    """The latest alert state this job sent (re-announced by a worker that takes the job
+    over)."""
+
+
+@dataclass(frozen=True)
+class JobAlertState:
+    """What :class:`StragglerAlerts` holds of one job, for another worker to go on from."""
+
+    slowdowns: dict[int, float]
+    episode: str | None
+    leaders: dict[int, Leaders]
+    last_top: tuple[int, tuple[str, str, float]] | None
+    last: Alert | None
 
 
 @dataclass
@@ -126,6 +140,25 @@ class StragglerAlerts:
         state.episode = open_episode
         for step, lead in (leaders or {}).items():
             self._lead(state, step, lead)
+
+    def state(self, job: str) -> JobAlertState:
+        """The job's state: its window's slowdowns and leaders, its open episode, the
+        latest top attribution and the latest alert sent."""
+        state = self._jobs.get(job) or _JobAlerts(SlowdownWindow(self.config.window))
+        return JobAlertState(
+            slowdowns=dict(state.slowdowns.values),
+            episode=state.episode,
+            leaders={step: dict(lead) for step, lead in state.leaders.items()},
+            last_top=state.last_top,
+            last=state.last,
+        )
+
+    def load(self, job: str, saved: JobAlertState) -> None:
+        """Take over a job exactly as :meth:`state` described it (another worker's)."""
+        self.forget(job)
+        self.restore(job, saved.slowdowns, saved.episode, saved.leaders)
+        state = self._job(job)
+        state.last_top, state.last = saved.last_top, saved.last
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
@@ -169,11 +202,13 @@ class StragglerAlerts:
             blame = self._blame(state, step)
             evidence["blame"] = blame
             summary = f"job {job} runs {rolling:.2f}x its straggler-free time, {_words(blame)}"
-            return Alert(state.episode, job, "firing", severity, start_ns, summary, evidence)
+            state.last = Alert(state.episode, job, "firing", severity, start_ns, summary, evidence)
+            return state.last
         if state.episode is not None and rolling < cfg.clear_below:
             alert_id, state.episode = state.episode, None
             summary = f"job {job} back to {rolling:.2f}x its straggler-free time"
-            return Alert(alert_id, job, "resolved", "info", start_ns, summary, evidence)
+            state.last = Alert(alert_id, job, "resolved", "info", start_ns, summary, evidence)
+            return state.last
         return None
 
     def _lead(self, state: _JobAlerts, step: int, leaders: Leaders) -> None:

@@ -28,7 +28,7 @@ from rankwatch.sim import (
     measure_trace,
 )
 from rankwatch.sim.analysis import DIMENSIONS, WORTH_ATTRIBUTING
-from rankwatch.sim.ideal import summarise
+from rankwatch.sim.ideal import StepSummary, summarise
 from rankwatch.streams.ops.assembly import AssembledStep
 from rankwatch.streams.ops.pipeline import StepAnalysis
 from rankwatch.streams.ops.window import StepWindow
@@ -51,6 +51,9 @@ class WhatIfAnalyser:
     """job -> why its steps cannot be simulated (the first reason seen)."""
     skipped_steps: int = 0
     _jobs: dict[str, _JobModel] = field(default_factory=dict)
+    _saved: dict[str, dict[int, StepSummary]] = field(default_factory=dict)
+    """job -> window summaries handed over by another worker (the changelog), put into
+    the job's window once its graph is inferred from its next complete step."""
 
     def analyse(self, step: AssembledStep) -> StepAnalysis | None:
         if step.partial:
@@ -74,8 +77,27 @@ class WhatIfAnalyser:
             except ModelError:
                 self._jobs.pop(step.job, None)
 
+    def summaries(self, job: str) -> dict[int, StepSummary]:
+        """The job's window: step -> summary (what :meth:`restore_summaries` takes)."""
+        model = self._jobs.get(job)
+        if model is None:
+            return dict(self._saved.get(job, {}))
+        return dict(model.window.summaries)
+
+    def restore_summaries(self, job: str, summaries: dict[int, StepSummary]) -> None:
+        """Refill a job's window from summaries another worker computed (exact: they are
+        the numbers its window held). The graph is inferred from the next complete step,
+        as after any restart; the summaries do not depend on it (per op type)."""
+        model = self._jobs.get(job)
+        if model is None:
+            self._saved[job] = dict(summaries)
+            return
+        for step in sorted(summaries):
+            model.window.put(step, summaries[step])
+
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
+        self._saved.pop(job, None)
 
     def _model(self, step: AssembledStep) -> _JobModel:
         model = self._jobs.get(step.job)
@@ -85,6 +107,9 @@ class WhatIfAnalyser:
                 window=StepWindow(self.window),
                 workspace=Workspace(),
             )
+            saved = self._saved.pop(step.job, {})
+            for number in sorted(saved):
+                model.window.put(number, saved[number])
         return model
 
     def _analyse(self, step: AssembledStep) -> StepAnalysis:

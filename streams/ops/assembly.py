@@ -231,6 +231,12 @@ class StepAssembler:
         """Drop everything about ``job`` (its partition went to another worker)."""
         self._jobs.pop(job, None)
 
+    def closed_steps(self, job: str) -> list[int]:
+        """The closed step ids remembered for ``job`` (at most ``closed_memory``), in the
+        order they closed: what :meth:`restore_closed` takes back."""
+        state = self._jobs.get(job)
+        return list(state.closed) if state is not None else []
+
     def expire(self, now_ns: int) -> list[AssembledStep]:
         """Close, as partial, every step whose grace period has run out."""
         grace_ns = int(self.config.grace_s * 1e9)

@@ -108,6 +108,11 @@ class JobIdentities:
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
 
+    def coordinates(self, job: str) -> dict[int, Coordinates]:
+        """rank -> coordinates fixed so far for ``job`` (what :meth:`restore` takes)."""
+        known = self._jobs.get(job)
+        return dict(known.coordinates) if known is not None else {}
+
     def _step_range(self, batch: OpBatch) -> tuple[int, int]:
         last, steps = self._range
         if last is not batch:

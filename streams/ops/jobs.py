@@ -163,6 +163,13 @@ class JobBook:
         if job not in self._seen:
             self._seen[job] = _Seen(hosts=set(hosts), first_seen_ns=first_seen_ns)
 
+    def first_seen(self, job: str) -> tuple[int | None, frozenset[str]]:
+        """(first_seen_ns, hosts) known of ``job``: what :meth:`restore` takes back."""
+        seen = self._seen.get(job)
+        if seen is None:
+            return None, frozenset()
+        return seen.first_seen_ns, frozenset(seen.hosts)
+
     def forget(self, job: str) -> None:
         self._seen.pop(job, None)
         self._written.pop(job, None)

@@ -22,10 +22,11 @@ from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_op
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import CONTRACTS, table_row
 from rankwatch.sim import waste_of
+from rankwatch.sim.ideal import StepSummary
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row
 from rankwatch.streams.kit.times import utc
-from rankwatch.streams.ops.alerts import Alert, StragglerAlerts
+from rankwatch.streams.ops.alerts import Alert, JobAlertState, StragglerAlerts
 from rankwatch.streams.ops.assembly import AssembledStep, AssemblyConfig, StepAssembler
 from rankwatch.streams.ops.identity import Coordinates, JobIdentities
 from rankwatch.streams.ops.jobs import JobBook
@@ -75,6 +76,8 @@ class Pipeline:
         self.jobs = JobBook()
         self.identity = JobIdentities(step_window=self.assembly.step_window)
         self._stored_batches: dict[str, set[tuple[int, int, int]]] = {}
+        self._open_batches: dict[str, dict[int, set[tuple[int, int]]]] = {}
+        """job -> open step -> (rank, batch_seq) of the batches stored for it."""
         self._rank_steps: dict[tuple[str, int], list[RankStep]] = {}
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
@@ -103,11 +106,21 @@ class Pipeline:
             self._keep_rank_steps(batch, added.late)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((batch.job, step) for step in added.pending)
-        if added.fresh and self.keep_ops and not self._stored_before(batch):
-            kept = _without_steps(batch, added.late) if added.late else batch
-            if kept is not None:
-                out.ops.append(kept)
+        if added.fresh and self.keep_ops:
+            if not self._stored_before(batch):
+                kept = _without_steps(batch, added.late) if added.late else batch
+                if kept is not None:
+                    out.ops.append(kept)
+            if added.pending:  # stored (now or before) while its steps are open
+                self._note_stored(batch, added.pending)
         return out
+
+    def _note_stored(self, batch: OpBatch, steps: tuple[int, ...]) -> None:
+        """Remember that ``batch``'s records of open ``steps`` are stored: a worker that
+        takes the job over re-reads the batch and must not store it again."""
+        by_step = self._open_batches.setdefault(batch.job, {})
+        for step in steps:
+            by_step.setdefault(step, set()).add((batch.rank, batch.batch_seq))
 
     def _keep_rank_steps(self, batch: OpBatch, late: frozenset[int]) -> None:
         """Hold the batch's step summaries until their steps close (all ranks in)."""
@@ -173,13 +186,59 @@ class Pipeline:
         self._stored_batches[job] = set(history.stored_batches)
         if history.first_seen_ns is not None:
             self.jobs.restore(job, history.first_seen_ns, history.hosts)
-        restore = getattr(self.analyser, "restore", None)
-        if restore is not None:
-            restore(history.analysed)
+        if history.summaries is not None:
+            restore_summaries = getattr(self.analyser, "restore_summaries", None)
+            if restore_summaries is not None:
+                restore_summaries(job, history.summaries)
+        else:
+            restore = getattr(self.analyser, "restore", None)
+            if restore is not None:
+                restore(history.analysed)
         if self.alerts is not None:
-            self.alerts.restore(job, history.slowdowns, history.open_alert, history.leaders)
+            saved = JobAlertState(
+                history.slowdowns,
+                history.open_alert,
+                history.leaders,
+                history.last_top,
+                history.last_alert,
+            )
+            self.alerts.load(job, saved)
         if self.slowdown is not None:
-            self.slowdown.restore(history.signals, history.slowdown_alerts)
+            if history.detector is not None:
+                self.slowdown.load(job, history.detector)
+            else:
+                self.slowdown.restore(history.signals, history.slowdown_alerts)
+
+    def history(self, job: str) -> JobHistory:
+        """What this process holds of ``job``, as :meth:`restore` takes it: the state a
+        worker hands over when the job's partition moves (:mod:`~.handover`). Exact where
+        the store's history is rebuilt: the window summaries and the slowdown detector's
+        baselines as they are, not recomputed."""
+        alerts = self.alerts.state(job) if self.alerts is not None else None
+        summaries = getattr(self.analyser, "summaries", None)
+        first_seen_ns, hosts = self.jobs.first_seen(job)
+        closed = self.assembler.closed_steps(job)
+        stored = {
+            (rank, seq, step)
+            for step, pairs in self._open_batches.get(job, {}).items()
+            for rank, seq in pairs
+        }
+        stored |= self._stored_batches.get(job, set())
+        done = set(closed)
+        return JobHistory(
+            closed_steps=closed,
+            slowdowns=alerts.slowdowns if alerts else {},
+            last_alert=alerts.last if alerts else None,
+            first_seen_ns=first_seen_ns,
+            hosts=hosts,
+            layout=self.identity.layout(job),
+            coordinates=self.identity.coordinates(job),
+            leaders=alerts.leaders if alerts else {},
+            stored_batches=frozenset(b for b in stored if b[2] not in done),
+            summaries=summaries(job) if summaries is not None else None,
+            last_top=alerts.last_top if alerts else None,
+            detector=self.slowdown.state(job) if self.slowdown is not None else None,
+        )
 
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
@@ -187,6 +246,7 @@ class Pipeline:
         self.jobs.forget(job)
         self.identity.forget(job)
         self._stored_batches.pop(job, None)
+        self._open_batches.pop(job, None)
         for key in [k for k in self._rank_steps if k[0] == job]:
             del self._rank_steps[key]
         if self.slowdown is not None:
@@ -218,6 +278,7 @@ class Pipeline:
                 out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
             out.steps.append(step)
             out.messages.append(("steps", step.job, message))
+            self._open_batches.get(step.job, {}).pop(step.step, None)
             self._signals(step, now_ns, out)
             job_row = self.jobs.due(step)
             if job_row is not None:
@@ -278,6 +339,14 @@ class JobHistory:
     """(rank, batch_seq, step) of the records stored for steps not closed yet: a batch
     re-read after a restart that matches one of them (same rank and batch_seq, one of
     its steps) feeds its steps but is not stored again."""
+    summaries: dict[int, StepSummary] | None = None
+    """The window's step summaries as another worker held them (the changelog): used
+    instead of rebuilding them from ``analysed``."""
+    last_top: tuple[int, tuple[str, str, float]] | None = None
+    """(step, top attribution) of the latest attributed step: an alert's evidence."""
+    detector: dict[str, Any] | None = None
+    """The slowdown detector's state as another worker held it (the changelog): used
+    instead of replaying ``signals``."""
 
     @property
     def open_alert(self) -> str | None:

@@ -79,6 +79,15 @@ _COLUMNS = (
 )
 
 
+_NEWEST = "SELECT max(step) AS step, count() AS n FROM steps WHERE job = {job:String}"
+
+
+def newest_stored_step(store: Store, job: str) -> int | None:
+    """The job's newest stored step (None: the store has none)."""
+    rows = store.query(_NEWEST, {"job": job})
+    return int(rows[0]["step"]) if rows and rows[0]["n"] else None
+
+
 def load_history(
     store: Store,
     job: str,

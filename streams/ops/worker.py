@@ -16,11 +16,12 @@ from typing import Any
 
 import faust
 
+from rankwatch.streams.kit.changelog import ChangelogReader
 from rankwatch.streams.kit.delivery import publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
-from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
+from rankwatch.streams.ops.worker_state import JOBSTATE_MAX_BYTES, WorkerSettings, WorkerState
 
 __all__ = ["WorkerSettings", "WorkerState", "build_app"]
 
@@ -39,25 +40,71 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         stream_buffer_maxsize=settings.stream_buffer,
         broker_commit_interval=settings.commit_interval_s,
         stream_wait_empty=False,  # unacknowledged events wait for their steps, not rebalances
+        producer_max_request_size=JOBSTATE_MAX_BYTES + 65536,  # a large job's jobstate
     )
     state = WorkerState(settings)
     ops_topic = input_topic(app, settings.topic_prefix, "ops", settings.partitions)
     out_topics = output_topics(app, settings.topic_prefix, OUTPUT_KINDS)
+    jobstate_topic = output_topics(app, settings.topic_prefix, [JOBSTATE])[JOBSTATE]
+    changelog = ChangelogReader(
+        settings.bootstrap, f"{settings.topic_prefix}.{JOBSTATE}", JOBSTATE_MAX_BYTES
+    )
     status = StatusReporter(app, settings.status_file, log)
 
-    async def settle() -> None:
-        """Store, acknowledge what is stored, announce it (and the dead letters)."""
-        for event in state.flush():
+    async def settle(every: bool = False) -> None:
+        """Store, hand the changed jobs' state over (``every`` job's: the partitions are
+        being revoked), acknowledge what is stored, announce it (and the dead letters)."""
+        tokens = state.flush()
+        sent = state.stored and await send_jobstates(state.handover(every))
+        for event in state.release(tokens, sent):
             event.ack()
         await publish(state.delivery, out_topics)
+
+    async def send_jobstates(states: list[tuple[str, int, bytes]]) -> bool:
+        """Send jobstate messages to their jobs' input partitions; True once the broker
+        has them all (then the messages they cover may be acknowledged)."""
+        if not states:
+            return True
+        count = max(state.topics.get(jobstate_topic_name(settings), 0), 1)
+        try:
+            futures = [
+                await jobstate_topic.send(key=job.encode(), value=data, partition=p % count)
+                for job, p, data in states
+            ]
+            for future in futures:
+                await future
+        except Exception as exc:  # the broker is down: retried at the next settle
+            state.handed_over(states, ok=False)
+            log.warning("%d jobstate messages not sent yet (%s)", len(states), exc)
+            return False
+        state.handed_over(states, ok=True)
+        return True
+
+    async def restore(batch: Any, partition: int) -> None:
+        """Restore ``batch``'s job from its jobstate message or the store, waiting while
+        either cannot be read (going on without them would analyse and store twice)."""
+        count = max(state.topics.get(jobstate_topic_name(settings), 0), 1)
+        while True:
+            try:
+                saved = (await changelog.latest(partition % count)).get(batch.job.encode())
+                break
+            except Exception as exc:  # broker unreachable: the job waits, the worker lives
+                log.warning("cannot read the jobstate topic (%s): retrying", exc)
+                await asyncio.sleep(1.0)
+        while not state.restore(batch, saved):  # store down
+            await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 5.0))
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
             batch = state.decode(event.value)
-            while state.needs_restore(batch, event.key) and not state.restore(batch):  # type: ignore[arg-type]
-                await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 5.0))  # store down
+            if batch is not None and state.needs_restore(batch, event.key):
+                generation = revocations[0]
+                await restore(batch, msg.partition)
+                if revocations[0] != generation:  # revoked meanwhile: the owner re-reads it
+                    state.forget_job(batch.job)
+                    continue
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
             state.on_message(event, event.value, source, batch)
@@ -75,9 +122,26 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         state.input_lag_s = state.delivery.flush_s = 0.0
         await status(snapshot)
 
+    revocations = [0]
+    """Rebalances so far: an event whose job was restored across one is not processed."""
+
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
-        await settle()
+        revocations[0] += 1
+        await settle(every=True)  # the new owner restores from the jobstate messages sent here
         state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+        changelog.forget()  # re-read at the next job met: the partitions may come back
+
+    async def on_shutdown(sender: Any, **_: Any) -> None:
+        """A graceful stop: faust calls no revocation handler then (the group hears of
+        the member leaving), so store and hand every job over here, while the producer
+        still runs; the next owners re-read from the committed offsets."""
+        try:
+            await settle(every=True)
+        except Exception:  # never keep the process from stopping
+            log.exception("final settle at shutdown failed")
+        await changelog.stop()
+
+    app.on_before_shutdown.connect(on_shutdown)  # type: ignore[arg-type]
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
@@ -85,3 +149,16 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
 
 OUTPUT_KINDS = ("steps", "alerts", "signals", DEAD_LETTERS)
+JOBSTATE = "jobstate"
+"""The compacted topic ``<prefix>.jobstate``: each job's handover state (:mod:`~.handover`)."""
+
+
+JOBSTATE_TOPIC_CONFIG = {
+    "cleanup.policy": "compact,delete",  # the latest state per job, for as long as its ops
+    "segment.ms": str(3600 * 1000),  # compacted within the hour: a short read on restore
+    "max.message.bytes": str(JOBSTATE_MAX_BYTES + 65536),
+}
+
+
+def jobstate_topic_name(settings: WorkerSettings) -> str:
+    return f"{settings.topic_prefix}.{JOBSTATE}"

@@ -7,9 +7,14 @@ ops worker's own rules:
 
 - a message is acknowledged (its offset may be committed) only once everything it fed
   is stored (:mod:`rankwatch.streams.kit.acks`);
-- a job met for the first time is restored from the store first (its stored steps
-  count as late, its windows and open alert come back: :mod:`~.recovery`), and its
-  latest alert state is announced again.
+- a job met for the first time is restored first, from the newer of its ``jobstate``
+  message (what the worker that owned it before handed over: :mod:`~.handover`) and the
+  store (:mod:`~.recovery`): its stored steps count as late, its windows and open alert
+  come back, and its latest alert state is announced again;
+- after each flush, the ``jobstate`` message of every job the flush changed is sent
+  (:meth:`WorkerState.handover`) before the messages that fed it are acknowledged, so a
+  committed offset never runs ahead of the state the next owner restores from
+  (docs/sizing.md, "Moving jobs between workers").
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode, decode_ops, encode
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker
 from rankwatch.streams.kit.delivery import Delivery
@@ -30,11 +35,23 @@ from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
-from rankwatch.streams.ops.pipeline import Pipeline
-from rankwatch.streams.ops.recovery import load_history
+from rankwatch.streams.ops.handover import history_from, newest_closed, state_message
+from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
+from rankwatch.streams.ops.recovery import load_history, newest_stored_step
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 
 log = logging.getLogger("rankwatch.worker")
+
+JOBSTATE_MAX_BYTES = DEFAULT_MAX_BYTES
+"""Largest jobstate message written or read (the topic and the producer allow it)."""
+
+
+def _newer_in_store(store: Store, job: str, handed: int | None) -> bool:
+    """Whether the store holds a closed step of ``job`` newer than ``handed`` (the
+    newest closed step of its jobstate message): the store is then the newer history
+    (this worker owned the job last, and died before its jobstate message went out)."""
+    stored = newest_stored_step(store, job)
+    return stored is not None and (handed is None or stored > handed)
 
 
 @dataclass(frozen=True)
@@ -72,7 +89,14 @@ class WorkerCounters:
     messages_in: int = 0
     acked: int = 0
     restored_jobs: int = 0
+    restored_from_jobstate: int = 0
+    """Of ``restored_jobs``: from the job's jobstate message (newer than the store)."""
     reannounced_alerts: int = 0
+    jobstates_sent: int = 0
+    jobstates_bad: int = 0
+    """jobstate messages that could not be read back (the store is used instead)."""
+    jobstates_too_large: int = 0
+    """jobstate messages over ``JOBSTATE_MAX_BYTES``, not sent (docs/sizing.md)."""
 
 
 class WorkerState:
@@ -99,6 +123,15 @@ class WorkerState:
         self.input_lag_s = 0.0
         """Largest age (broker timestamp to processing) of a message since the last
         snapshot: how far behind the input the worker is."""
+        self.changed: set[str] = set()
+        """Jobs that closed a step since their last jobstate message was sent (what the
+        next owner must know to go on exactly changes with a closed step; the batches
+        stored for open steps in between are sent with the next one)."""
+        self.stored = False
+        """Whether the latest :meth:`flush` stored everything (only then may the jobs'
+        state be handed over: it must describe stored rows only)."""
+        self._unacked: list[Any] = []
+        """Stored messages' tokens waiting for their jobs' jobstate messages to be sent."""
 
     # -- messages ----------------------------------------------------------------------
 
@@ -118,26 +151,34 @@ class WorkerState:
             and self.pipeline.precheck(batch, key)
         )
 
-    def restore(self, batch: OpBatch) -> bool:
-        """Load the history of ``batch``'s job from the store; False if the store is
-        unavailable."""
+    def restore(self, batch: OpBatch, saved: bytes | None = None) -> bool:
+        """Load the history of ``batch``'s job: from ``saved`` (its latest jobstate
+        message, None when there is none) unless the store has a newer closed step, else
+        from the store; False if the store is unavailable."""
         job, layout = batch.job, (batch.dp_size, batch.pp_size)
         if not self.delivery.store_ready:
             return False
+        handed = self._handed_over(job, saved)
         try:
-            history = load_history(
-                self.delivery.store(),
-                job,
-                layout,
-                closed_memory=self.settings.assembly.closed_memory,
-                window=self.settings.window,
-                alert_window=self.settings.alerts.window,
-            )
+            store = self.delivery.store()
+            if handed is None or _newer_in_store(store, job, newest_closed(handed)):
+                history = load_history(
+                    store,
+                    job,
+                    layout,
+                    closed_memory=self.settings.assembly.closed_memory,
+                    window=self.settings.window,
+                    alert_window=self.settings.alerts.window,
+                )
+                handed = None
+            else:
+                history = handed
         except StoreError as exc:
             self.delivery.failed(exc)
             return False
         self.pipeline.restore(job, layout, history)
         self.counters.restored_jobs += 1
+        self.counters.restored_from_jobstate += handed is not None
         if history.last_alert is not None:
             # a crash between storing an alert and publishing it would lose the message:
             # announce the job's latest alert state again (at least once; automation
@@ -145,13 +186,70 @@ class WorkerState:
             self.delivery.announce("alerts", job, history.last_alert.message())
             self.counters.reannounced_alerts += 1
         log.info(
-            "restored job %s: %d closed steps, %d in the window, open alert %s",
+            "restored job %s from %s: %d closed steps, %d in the window, open alert %s",
             job,
+            "its jobstate message" if handed is not None else "the store",
             len(history.closed_steps),
-            len(history.analysed),
+            len(history.summaries or {}) if handed is not None else len(history.analysed),
             history.open_alert,
         )
         return True
+
+    def _handed_over(self, job: str, saved: bytes | None) -> JobHistory | None:
+        """The history in a jobstate message; None (counted, logged) when there is none
+        or it cannot be read back: the store is then all there is."""
+        if saved is None:
+            return None
+        try:
+            message = decode("jobstate", saved, max_bytes=JOBSTATE_MAX_BYTES)
+            if message["job"] != job:
+                raise ValueError(f"keyed {job!r}, names {message['job']!r}")
+            history = history_from(message)
+            if history.detector is not None:  # checked field by field: a trial load
+                SlowdownDetector(self.settings.slowdown).load(job, history.detector)
+            return history
+        except (InvalidMessage, ValueError, KeyError, TypeError) as exc:
+            self.counters.jobstates_bad += 1
+            log.warning("jobstate of %s not usable, restoring from the store: %s", job, exc)
+            return None
+
+    def handover(self, every: bool = False) -> list[tuple[str, int, bytes]]:
+        """(job, source partition, jobstate message) of every job changed since its last
+        message (``every``: of every job, as the partitions are revoked): call right
+        after a flush that stored everything (the message must describe stored state
+        only) and send them before acknowledging."""
+        out = []
+        for job in sorted(self.job_partitions if every else self.changed):
+            if not self.pipeline.knows(job) or job not in self.job_partitions:
+                continue
+            message = state_message(job, self.pipeline.history(job))
+            try:
+                data = encode("jobstate", message, validate=False, max_bytes=JOBSTATE_MAX_BYTES)
+            except InvalidMessage as exc:  # too large: the job cannot be handed over
+                self.counters.jobstates_too_large += 1
+                log.error("jobstate of %s not sent: %s", job, exc.detail)
+                continue
+            out.append((job, self.job_partitions[job][1], data))
+        self.changed.clear()
+        return out
+
+    def handed_over(self, sent: list[tuple[str, int, bytes]], ok: bool) -> None:
+        """The broker has ``sent`` (``ok``), or sending them failed: their jobs stay
+        changed, for the next try."""
+        if ok:
+            self.counters.jobstates_sent += len(sent)
+        else:
+            self.changed.update(job for job, _, _ in sent)
+
+    def release(self, tokens: list[Any], ok: bool = True) -> list[Any]:
+        """The tokens now safe to acknowledge: ``tokens`` and those held back before,
+        once a flush stored everything and its jobstate messages are sent (``ok``:
+        including those of the jobs whose sending failed before); none otherwise."""
+        self._unacked += tokens
+        if not ok:
+            return []
+        out, self._unacked = self._unacked, []
+        return out
 
     def on_message(
         self, token: Any, value: bytes, source: Source, batch: OpBatch | None = None
@@ -181,6 +279,7 @@ class WorkerState:
     def _write(self, out: Output) -> None:
         self.delivery.write(out)
         self.acks.closed((s.job, s.step) for s in out.steps)
+        self.changed.update(s.job for s in out.steps)
 
     @property
     def full(self) -> bool:
@@ -189,7 +288,8 @@ class WorkerState:
     def flush(self) -> list[Any]:
         """Store everything buffered; return the tokens now safe to acknowledge (empty
         when the store is unavailable: retried with backoff on a later call)."""
-        if not self.delivery.flush():
+        self.stored = self.delivery.flush()
+        if not self.stored:
             return []
         safe = self.acks.flushed()
         self.counters.acked += len(safe)
@@ -203,6 +303,17 @@ class WorkerState:
             self.pipeline.forget(job)
             del self.job_partitions[job]
         self.acks.forget(lambda job: job in gone)
+        self.changed -= gone
+        # faust rebalances eagerly: every partition is revoked, and read again from its
+        # committed offset once assigned; tokens held back are of those reads
+        self._unacked.clear()
+
+    def forget_job(self, job: str) -> None:
+        """Drop a job restored while its partition was being revoked (its next owner,
+        maybe this worker again, restores it anew)."""
+        self.pipeline.forget(job)
+        self.job_partitions.pop(job, None)
+        self.changed.discard(job)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""

@@ -30,6 +30,7 @@ job, the kind and the step it fired at.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -169,6 +170,48 @@ class SlowdownDetector:
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
+
+    def state(self, job: str) -> dict[str, Any] | None:
+        """The job's baselines, episodes and firing alerts as plain values (None: the
+        job has no signals yet), for another worker to go on from (:meth:`load`)."""
+        held = self._jobs.get(job)
+        if held is None:
+            return None
+        tracks = [
+            {
+                "kind": kind,
+                "rank": rank,
+                "history": list(t.history),
+                "recent": list(t.recent),
+                "pending": list(t.pending),
+                "run": t.run,
+                "open": t.open,
+            }
+            for (kind, rank), t in held.tracks.items()
+        ]
+        return {"tracks": tracks, "alerts": [a.message() for a in held.alerts.values()]}
+
+    def load(self, job: str, state: Mapping[str, Any]) -> None:
+        """Take over a job exactly as :meth:`state` described it. Raises ValueError
+        (KeyError, TypeError) on a state that is not one, and then changes nothing."""
+        c = self.config
+        held = _Job()
+        for t in state["tracks"]:
+            if t["kind"] not in KINDS or not isinstance(t["rank"], int) or t["rank"] < JOB_RANK:
+                raise ValueError(f"bad track {t.get('kind')!r} of rank {t.get('rank')!r}")
+            if len(t["pending"]) > c.open_within or not all(
+                isinstance(v, bool) for v in (*t["recent"], t["open"])
+            ):
+                raise ValueError(f"bad track {t['kind']!r} of rank {t['rank']}")
+            held.tracks[(t["kind"], t["rank"])] = _Track(
+                history=deque(map(_number, t["history"]), maxlen=c.window),
+                recent=deque(t["recent"], maxlen=c.open_within),
+                run=int(t["run"]),
+                open=t["open"],
+                pending=deque(map(_number, t["pending"])),
+            )
+        held.alerts = {a["kind"]: _held(a) for a in state["alerts"] if a["kind"] in KINDS}
+        self._jobs[job] = held
 
     def restore(
         self,
@@ -351,6 +394,11 @@ def _held(message: Mapping[str, Any]) -> SlowdownAlert:
         tuple(e["ranks"]),
         e,
     )
+
+
+def _number(value: float | None) -> float:
+    """A value read back from JSON, where NaN travels as null."""
+    return math.nan if value is None else float(value)
 
 
 def _below(ratio: float) -> Callable[[float, float], bool]:

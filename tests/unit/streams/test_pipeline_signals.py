@@ -105,3 +105,25 @@ def test_a_restarted_pipeline_alerts_as_an_uninterrupted_one(killed_after: int) 
     after.restore("j", (2, 1), _history(before))
     assert _alerts(before) + _alerts(feed(after, range(killed_after, 30), slow)) == whole
     assert [state for _, state, _ in whole] == ["firing", "resolved"]
+
+
+@pytest.mark.parametrize("moved_after", [3, 14, 16, 18, 21])
+def test_a_pipeline_handed_over_signals_as_an_uninterrupted_one(moved_after: int) -> None:
+    """The job moves to another worker (its jobstate message, through the codec, no
+    store) while baselines are warming up, before the episode opens, as it opens, while
+    it is open and as it closes: the same signal rows and the same alerts as an
+    uninterrupted run, to the bit (the detector's state travels as it is)."""
+    from rankwatch.schemas.codec import encode
+    from rankwatch.streams.ops.handover import history_from, state_message
+
+    slow = set(range(12, 20))
+    whole = feed(Pipeline(), range(30), slow)
+    old = Pipeline()
+    before = feed(old, range(moved_after), slow)
+    data = encode("jobstate", state_message("j", old.history("j")))
+    taker = Pipeline()
+    taker.restore("j", (2, 1), history_from(decode("jobstate", data)))
+    after = feed(taker, range(moved_after, 30), slow)
+    assert _alerts(before) + _alerts(after) == _alerts(whole)
+    signals = [m for k, _, m in before.messages + after.messages if k in ("signals", "alerts")]
+    assert signals == [m for k, _, m in whole.messages if k in ("signals", "alerts")]

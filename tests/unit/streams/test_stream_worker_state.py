@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import decode, encode_ops
@@ -97,3 +98,75 @@ def test_a_restored_job_announces_its_latest_alert_again() -> None:
         })
     ]  # fmt: skip
     assert state.snapshot()["reannounced_alerts"] == 1
+
+
+def _state(store: Any) -> WorkerState:
+    return WorkerState(WorkerSettings(bootstrap="-", dsn="-"), connect=lambda: store)
+
+
+def test_jobstate_messages_describe_what_is_stored_and_hold_back_the_acks() -> None:
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    consume(state, data[:14])  # steps 0-2 complete, step 3 open (two of its batches)
+    tokens = state.flush()
+    assert state.stored
+    handed = state.handover()
+    assert [(job, partition) for job, partition, _ in handed] == [("j", 0)]
+    message = decode("jobstate", handed[0][2])
+    assert message["closed"] == [[0, 2]] and len(message["window"]) == 3
+    assert sorted(step for _, _, step in message["stored_batches"]) == [3, 3]
+    assert state.handover() == []  # nothing changed since
+    assert [job for job, _, _ in state.handover(every=True)] == ["j"]  # as it is revoked
+    # not sent: the stored messages are not acknowledged, the job stays to be sent
+    state.handed_over(handed, ok=False)
+    assert state.release(tokens, ok=False) == [] and state.changed == {"j"}
+    assert sorted(state.release([], ok=True)) == list(range(12))
+    # a flush that fails stores nothing: nothing to hand over, the job stays changed
+    consume(state, data[14:18])  # closes step 3
+    state.delivery.sink.store.down = True  # type: ignore[union-attr]
+    assert state.flush() == [] and not state.stored and state.changed == {"j"}
+
+
+class StoreWithSteps(MemoryStore):
+    """A store whose newest stored step of every job is ``newest``."""
+
+    newest = 4
+
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict]:
+        self._check()
+        return [{"step": self.newest, "n": 1}] if "max(step) AS step" in sql else []
+
+
+def test_a_job_met_again_restores_from_the_newer_of_its_jobstate_and_the_store() -> None:
+    old = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    consume(old, data[:14])
+    old.flush()
+    saved = old.handover()[0][2]
+    first = data[12][1]  # the first message not acknowledged: re-read by the new owner
+    batch = old.decode(first)
+    assert batch is not None
+
+    store = MemoryStore()
+    new = _state(store)
+    assert new.restore(batch, saved)
+    assert new.snapshot()["restored_from_jobstate"] == 1
+    for offset, value in data[12:]:
+        new.on_message(offset, value, Source("ops", 0, offset, b"j", 1), new.decode(value))
+    assert sorted(new.flush()) == list(range(12, 24))
+    assert sorted(r["step"] for r in store.rows["steps"]) == [3, 4, 5]
+    assert len(store.rows["ops"]) == len(data[14:])  # the two stored batches: not again
+
+    newer = _state(StoreWithSteps())  # this worker stored step 4 and died before handing over
+    assert newer.restore(batch, saved) and newer.snapshot()["restored_from_jobstate"] == 0
+    assert newer.pipeline.assembler.closed_steps("j") == []  # the stub store's, not 0-2
+
+    bad = _state(MemoryStore())
+    assert bad.restore(batch, saved[:-5])
+    assert bad.snapshot()["jobstates_bad"] == 1 and bad.snapshot()["restored_from_jobstate"] == 0
+    track = {"kind": "flops-drop", "rank": 0, "history": [1.0], "recent": [False],
+             "pending": [], "run": 0, "open": "yes"}  # fmt: skip
+    odd = orjson.dumps({**orjson.loads(saved), "detector": {"tracks": [track], "alerts": []}})
+    worse = _state(MemoryStore())
+    assert worse.restore(batch, odd)  # a track the schema lets through, the detector not
+    assert worse.snapshot()["jobstates_bad"] == 1 and not worse.pipeline.slowdown._jobs  # type: ignore[union-attr]

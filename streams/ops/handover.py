@@ -1,0 +1,158 @@
+"""A job's state as one message, for the worker its partition moves to (pure).
+
+With the embedded chDB store each ops worker owns its own store, so a worker that a
+job's partition moves to (a worker added to the group, one leaving, one killed) cannot
+read the job's history from the store (:mod:`~.recovery`). The owner therefore writes
+what it holds of each job it changed to a compacted Kafka topic, ``<prefix>.jobstate``,
+keyed by job, after every flush (everything the message describes is stored by then),
+and the next owner restores from the newer of that message and its own store
+(docs/sizing.md, "Moving jobs between workers"). The message is
+:meth:`~.pipeline.Pipeline.history` of the job, exactly: the window's per-step
+summaries and the slowdown detector's baselines as they are, not rebuilt, so the new
+owner's numbers are those of an uninterrupted run. Schema: ``schemas/jobstate.v1``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rankwatch.sim.ideal import StepSummary
+from rankwatch.streams.ops.alerts import Alert
+from rankwatch.streams.ops.pipeline import JobHistory
+
+
+def state_message(job: str, history: JobHistory) -> dict[str, Any]:
+    """The ``jobstate`` message of ``job`` (see jobstate.v1.schema.json)."""
+    last_top = None
+    if history.last_top is not None:
+        step, (dimension, group, value) = history.last_top
+        last_top = {"step": step, "dimension": dimension, "group": group, "slowdown": value}
+    alert = history.last_alert
+    return {
+        "schema": "jobstate",
+        "version": 1,
+        "job": job,
+        "layout": list(history.layout) if history.layout is not None else None,
+        "closed": step_ranges(history.closed_steps),
+        "first_seen_ns": history.first_seen_ns,
+        "hosts": sorted(history.hosts),
+        "coordinates": [[rank, *c] for rank, c in sorted(history.coordinates.items())],
+        "stored_batches": sorted(list(b) for b in history.stored_batches),
+        "window": [
+            {
+                "step": step,
+                "count": _floats(s.count),
+                "total": _floats(s.total),
+                "median": _floats(s.median),
+            }
+            for step, s in sorted((history.summaries or {}).items())
+        ],
+        "slowdowns": [[step, _float(v)] for step, v in sorted(history.slowdowns.items())],
+        "leaders": [
+            {"step": step, "dimension": dim, "group": group, "slowdown": _float(value)}
+            for step, lead in sorted(history.leaders.items())
+            for dim, (group, value) in sorted(lead.items())
+        ],
+        "last_top": last_top,
+        "last_alert": alert.message() if alert is not None else None,
+        "detector": history.detector,
+    }
+
+
+def history_from(message: dict[str, Any]) -> JobHistory:
+    """The :class:`JobHistory` a ``jobstate`` message describes (decoded and validated
+    by the codec first). Raises ValueError (or KeyError, TypeError) on a message the
+    schema lets through but that cannot be a job's state."""
+    leaders: dict[int, dict[str, tuple[str, float]]] = {}
+    for row in message["leaders"]:
+        leaders.setdefault(int(row["step"]), {})[row["dimension"]] = (
+            row["group"],
+            _number(row["slowdown"]),
+        )
+    top = message["last_top"]
+    alert = message["last_alert"]
+    layout = message["layout"]
+    return JobHistory(
+        closed_steps=steps_of(message["closed"]),
+        slowdowns={int(step): _number(v) for step, v in message["slowdowns"]},
+        last_alert=_alert(alert) if alert is not None else None,
+        first_seen_ns=message["first_seen_ns"],
+        hosts=frozenset(message["hosts"]),
+        layout=(int(layout[0]), int(layout[1])) if layout is not None else None,
+        coordinates={
+            int(r): (int(d), int(p), int(t), int(c)) for r, d, p, t, c in message["coordinates"]
+        },
+        leaders=leaders,
+        stored_batches=frozenset((int(r), int(q), int(s)) for r, q, s in message["stored_batches"]),
+        summaries={
+            int(w["step"]): StepSummary(
+                count=_array(w["count"]), total=_array(w["total"]), median=_array(w["median"])
+            )
+            for w in message["window"]
+        },
+        last_top=(
+            (int(top["step"]), (top["dimension"], top["group"], _number(top["slowdown"])))
+            if top is not None
+            else None
+        ),
+        detector=message["detector"],
+    )
+
+
+def newest_closed(history: JobHistory) -> int | None:
+    """The job's newest closed step in ``history`` (None: none closed): which of two
+    histories of a job is newer."""
+    return max(history.closed_steps) if history.closed_steps else None
+
+
+def step_ranges(steps: list[int]) -> list[list[int]]:
+    """Step ids as inclusive [first, last] runs (closed steps are mostly consecutive)."""
+    out: list[list[int]] = []
+    for step in sorted(set(steps)):
+        if out and out[-1][1] == step - 1:
+            out[-1][1] = step
+        else:
+            out.append([step, step])
+    return out
+
+
+def steps_of(ranges: list[list[int]]) -> list[int]:
+    """The step ids of :func:`step_ranges`'s runs."""
+    out: list[int] = []
+    for first, last in ranges:
+        if last < first or last - first > 1 << 20:
+            raise ValueError(f"bad step range [{first}, {last}]")
+        out.extend(range(first, last + 1))
+    return out
+
+
+def _alert(message: dict[str, Any]) -> Alert:
+    return Alert(
+        alert_id=str(message["alert_id"]),
+        job=str(message["job"]),
+        state=str(message["state"]),
+        severity=str(message["severity"]),
+        ts_ns=int(message["ts_ns"]),
+        summary=str(message["summary"]),
+        evidence=dict(message["evidence"]),
+    )
+
+
+def _float(value: float) -> float | None:
+    """JSON has no NaN: it travels as null."""
+    return None if math.isnan(value) else float(value)
+
+
+def _floats(values: np.ndarray) -> list[float | None]:
+    return [_float(v) for v in values.tolist()]
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _array(values: list[float | None]) -> np.ndarray:
+    return np.array([_number(v) for v in values], dtype=np.float64)

@@ -1,0 +1,165 @@
+"""A job handed over through its ``jobstate`` message goes on as if it never moved: the
+worker that takes it over, restored from the message alone (no store), re-reads the
+uncommitted batches and produces, together with the old owner, every step row, alert
+and raw op exactly once, with the numbers of an uninterrupted run (docs/sizing.md,
+"Moving jobs between workers")."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rankwatch.schemas.codec import decode, decode_ops, encode, encode_ops
+from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
+from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
+from rankwatch.streams.ops.analyser import WhatIfAnalyser
+from rankwatch.streams.ops.handover import history_from, state_message, step_ranges, steps_of
+from rankwatch.streams.ops.pipeline import Pipeline
+from rankwatch.streams.ops.replay import replay_batches
+
+CFG = GenConfig(dp=2, pp=2, microbatches=4, steps=12, stragglers=(Straggler(0, 1, 1.5),), seed=5)
+SOURCE = Source(topic="ops")
+ALERTS = AlertConfig(fire_at=1.05, clear_below=1.01, window=3, min_steps=2)
+
+
+def pipeline() -> Pipeline:
+    return Pipeline(
+        analyser=WhatIfAnalyser(window=4), alerts=StragglerAlerts(ALERTS), keep_ops=True
+    )
+
+
+def feed(p: Pipeline, messages: list[bytes], first: int = 0) -> Output:
+    out = Output()
+    for i, m in enumerate(messages):
+        out.extend(p.on_message(m, SOURCE, first + i))
+    return out
+
+
+def handed_over(p: Pipeline, job: str) -> Pipeline:
+    """A fresh pipeline restored from ``p``'s jobstate message, through the codec."""
+    data = encode("jobstate", state_message(job, p.history(job)))
+    history = history_from(decode("jobstate", data))
+    taker = pipeline()
+    taker.restore(job, (CFG.dp, CFG.pp), history)
+    return taker
+
+
+MESSAGES = [
+    encode_ops(b.batch) for b in replay_batches(*generate_trace(CFG), "j", origin_ns=10**18)
+]
+
+
+def uninterrupted() -> Output:
+    p = pipeline()
+    out = feed(p, MESSAGES)
+    out.extend(p.flush(0))
+    return out
+
+
+WHOLE = uninterrupted()
+
+
+def first_uncommitted(before: Output, messages: list[bytes]) -> int:
+    """The first message that fed a step not stored before the move: the committed
+    offset can be no later (a message is acknowledged once its steps are stored)."""
+    stored = {r["step"] for r in before.rows.get("steps", [])}
+    for i, m in enumerate(messages):
+        if not set(np.unique(decode_ops(m).step).tolist()) <= stored:
+            return i
+    return len(messages)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_a_job_handed_over_mid_run_is_stored_once_with_the_same_numbers(
+    data: st.DataObject,
+) -> None:
+    cut = data.draw(st.integers(1, len(MESSAGES) - 1), label="moved after message")
+    old = pipeline()
+    before = feed(old, MESSAGES[:cut])
+    # the new owner re-reads from the committed offset, anywhere up to the first
+    # message of a step the old owner had not stored
+    start = data.draw(st.integers(0, first_uncommitted(before, MESSAGES[:cut])), label="from")
+    new = handed_over(old, "j")
+    after = feed(new, MESSAGES[start:], start)
+    after.extend(new.flush(0))
+
+    rows = before.rows.get("steps", []) + after.rows.get("steps", [])
+    expected = {r["step"]: r for r in WHOLE.rows["steps"]}
+    assert sorted(r["step"] for r in rows) == sorted(expected)  # each step once
+    for row in rows:
+        for name in ("t_base", "t_sim", "t_ideal", "slowdown", "partial", "n_ops"):
+            assert row[name] == expected[row["step"]][name], (row["step"], name)
+    attributions = before.rows.get("step_attribution", []) + after.rows.get("step_attribution", [])
+    key = lambda r: (r["step"], r["dimension"], r["group"], r["slowdown"])  # noqa: E731
+    assert sorted(map(key, attributions)) == sorted(map(key, WHOLE.rows["step_attribution"]))
+    alerts = before.rows.get("alerts", []) + after.rows.get("alerts", [])
+    assert WHOLE.rows.get("alerts"), "the straggler fires an alert"
+    assert [(a["alert_id"], a["state"], a["evidence"]) for a in alerts] == [
+        (a["alert_id"], a["state"], a["evidence"]) for a in WHOLE.rows["alerts"]
+    ]
+    # the raw ops: those stored before the move for steps still open are not stored again
+    stored_ops = sum(len(b) for b in before.ops + after.ops)
+    assert stored_ops == sum(len(b) for b in WHOLE.ops)
+
+
+def test_the_message_carries_the_window_exactly() -> None:
+    old = pipeline()
+    feed(old, MESSAGES[: len(MESSAGES) // 2])
+    history = old.history("j")
+    assert history.summaries, "the window has steps"
+    back = history_from(decode("jobstate", encode("jobstate", state_message("j", history))))
+    assert back.summaries is not None
+    for step, summary in history.summaries.items():
+        for name in ("count", "total", "median"):
+            np.testing.assert_array_equal(
+                getattr(back.summaries[step], name), getattr(summary, name)
+            )
+    assert back.closed_steps == sorted(history.closed_steps)
+    assert back.slowdowns == history.slowdowns and back.leaders == history.leaders
+    assert back.layout == history.layout and back.coordinates == history.coordinates
+    assert back.stored_batches == history.stored_batches
+    assert back.last_top == history.last_top and back.last_top is not None
+    assert back.last_alert == history.last_alert
+
+
+@given(st.sets(st.integers(0, 10_000), max_size=200))
+def test_step_ranges_round_trip(steps: set[int]) -> None:
+    ranges = step_ranges(list(steps))
+    assert steps_of(ranges) == sorted(steps)
+    assert all(b[0] > a[1] + 1 for a, b in itertools.pairwise(ranges))
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_kill_between_a_flush_and_its_jobstate_stores_again_identically(
+    data: st.DataObject,
+) -> None:
+    """The old owner's latest jobstate message is from an earlier flush (it was killed
+    after storing more steps and before their message went out): the new owner re-reads
+    from the offset that message covers and stores those steps again, the same rows.
+    Deduplicated on (job, step), the union is the uninterrupted run."""
+    sent = data.draw(st.integers(1, len(MESSAGES) - 2), label="last jobstate after message")
+    killed = data.draw(st.integers(sent + 1, len(MESSAGES) - 1), label="killed after message")
+    old = pipeline()
+    before = feed(old, MESSAGES[:sent])
+    handed = handed_over(old, "j")  # the last message that reached the broker
+    before.extend(feed(old, MESSAGES[sent:killed], sent))  # stored, never handed over
+    start = first_uncommitted(feed(pipeline(), MESSAGES[:sent]), MESSAGES[:sent])
+    after = feed(handed, MESSAGES[start:], start)
+    after.extend(handed.flush(0))
+
+    expected = {r["step"]: r for r in WHOLE.rows["steps"]}
+    rows = before.rows.get("steps", []) + after.rows.get("steps", [])
+    assert {r["step"] for r in rows} == set(expected)  # nothing lost
+    for row in rows:  # a step stored twice: the same figures both times
+        for name in ("t_base", "t_sim", "t_ideal", "slowdown", "partial", "n_ops"):
+            assert row[name] == expected[row["step"]][name], (row["step"], name)
+    alerts = before.rows.get("alerts", []) + after.rows.get("alerts", [])
+    assert {(a["alert_id"], a["state"], a["ts_ns"], a["evidence"]) for a in alerts} == {
+        (a["alert_id"], a["state"], a["ts_ns"], a["evidence"]) for a in WHOLE.rows["alerts"]
+    }
