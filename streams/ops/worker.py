@@ -155,7 +155,12 @@ JOBSTATE = "jobstate"
 
 JOBSTATE_TOPIC_CONFIG = {
     "cleanup.policy": "compact,delete",  # the latest state per job, for as long as its ops
-    "segment.ms": str(3600 * 1000),  # compacted within the hour: a short read on restore
+    # The active segment is never compacted, so a restore reads every state sent since it
+    # rolled: one-minute segments, cleaned as soon as they are dirty, keep that read to
+    # about a minute of messages per job (an hour's, with hourly segments: measured in
+    # docs/sizing.md, "Costs and limits").
+    "segment.ms": str(60 * 1000),
+    "min.cleanable.dirty.ratio": "0.01",
     "max.message.bytes": str(JOBSTATE_MAX_BYTES + 65536),
 }
 
