@@ -17,6 +17,7 @@ import numpy as np
 
 from rankwatch.schemas import columns as cols
 from rankwatch.schemas import ddl
+from rankwatch.schemas.frame import FRAME_FIELDS
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
 from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.schemas.registry import latest_version, schema
@@ -66,9 +67,11 @@ CONTRACTS: dict[str, TableContract] = {
         renames={"start_ns": "time"},
         # job-wide facts (the jobs table holds the sizes) and send-side bookkeeping;
         # batch_seq stays: a restarted worker recognises the batches it stored
-        # rank_steps -> rank_signals, derived by the ops worker
+        # rank_steps -> rank_signals, derived by the ops worker; records, extra_columns
+        # and strings say how a binary frame (ops v3) lays out its columns
         omitted=frozenset(
             {"schema", "version", "sent_ns", "dp_size", "pp_size", "steps_done", "rank_steps"}
+            | set(FRAME_FIELDS)
         ),
         bookkeeping=frozenset({"inserted_at"}),
     ),
