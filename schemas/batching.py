@@ -28,7 +28,7 @@ MAX_STEPS = 1024
 class BatchingRule:
     window_s: float = 0.25
     """How long a finished step may wait for the rank's next ones (0: never)."""
-    partial_s: float = 10.0
+    partial_s: float = 30.0
     """How long records of a running step may wait before some of them leave."""
     max_records: int = 20_000
     """Records per message, at most (and pending records that force a send)."""
