@@ -117,12 +117,14 @@ def encode_ops(
     return b"".join([struct.pack("<4sI", _MAGIC, len(head)), head, pad, *blocks])
 
 
-def _block(columns: list[tuple[Any, ...]], field: int, code: str) -> bytes:
+def _block(columns: list[tuple[Any, ...]], field: int, code: str) -> bytes | array[Any]:
     values = columns[field]
-    block = array(code, map(CODE.__getitem__, values) if field == _OPTYPE else values)
+    if field == _OPTYPE:
+        return bytes(map(CODE.__getitem__, values))  # one byte per code, as the schema says
+    block = array(code, values)
     if _SWAP:
         block.byteswap()
-    return block.tobytes()
+    return block
 
 
 def encode_ops_json(
