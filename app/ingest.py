@@ -155,9 +155,13 @@ def run_embedded_workload(
 
 
 def _spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
-    """(message, sent_ns) of every op batch the ranks spooled, in send order."""
+    """(message, sent_ns) of every op batch the ranks spooled, in send order, less the
+    records of steps below ``skip_steps`` (a message may hold several steps: the hooks
+    batch short ones)."""
+    from dataclasses import replace
+
     from rankwatch.hooks.spool import Spool
-    from rankwatch.schemas.codec import decode_ops
+    from rankwatch.schemas.codec import decode_ops, encode_ops
 
     values = []
     for path in sorted(spool.glob("*.spool")):
@@ -167,6 +171,13 @@ def _spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
             batch = decode_ops(message.value)
             if int(batch.step.min()) >= skip_steps:
                 values.append((message.value, batch.sent_ns))
+            elif int(batch.step.max()) >= skip_steps:
+                keep = batch.step >= skip_steps
+                fields: dict[str, Any] = {n: c[keep] for n, c in batch.columns().items()}
+                fields["steps_done"] = tuple(d for d in batch.steps_done if d[0] >= skip_steps)
+                fields["rank_steps"] = tuple(r for r in batch.rank_steps if r["step"] >= skip_steps)
+                later = replace(batch, **fields)
+                values.append((encode_ops(later), batch.sent_ns))
     return sorted(values, key=lambda v: v[1])
 
 

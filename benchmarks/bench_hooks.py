@@ -39,7 +39,7 @@ from typing import Any
 
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.publisher import PublisherConfig
-from rankwatch.hooks.records import encode_ops
+from rankwatch.hooks.records import encode_ops, encode_ops_json
 from rankwatch.hooks.tracker import NOOP, RankWatch
 from rankwatch.hooks.transports import SinkTransport
 
@@ -80,16 +80,25 @@ def per_op_ns(n: int, repeat: int, publisher: bool) -> dict[str, Any]:
     return out
 
 
-def publish_ns_per_record(n: int = 20_000, repeat: int = 5) -> dict[str, float]:
-    records = [
-        (0, "forward-compute", i, i, 0, 0, 1_700_000_000_000_000_000 + i, 1000) for i in range(n)
-    ]
-    runs = []
-    for _ in range(repeat):
-        t0 = time.perf_counter_ns()
-        encode_ops(IDENT, records, batch_seq=0, sent_ns=0, steps_done=[(0, n)])
-        runs.append((time.perf_counter_ns() - t0) / n)
-    return _spread(runs)
+def publish_ns_per_record(repeat: int = 5) -> dict[str, dict[str, float]]:
+    """The publisher thread's encoding, ns per record: ops v3 frames (what the hooks
+    send) and v2 JSON, in 20,000-record batches and in SE-sized ones (39 records)."""
+    out = {}
+    for n in (20_000, 39):
+        records = [
+            (0, "forward-compute", i, i, 0, 0, 1_700_000_000_000_000_000 + i, 1000)
+            for i in range(n)
+        ]
+        for name, encode in (("v3", encode_ops), ("v2", encode_ops_json)):
+            runs = []
+            loops = max(1, 20_000 // n)
+            for _ in range(repeat):
+                t0 = time.perf_counter_ns()
+                for _ in range(loops):
+                    encode(IDENT, records, batch_seq=0, sent_ns=0, steps_done=[(0, n)])
+                runs.append((time.perf_counter_ns() - t0) / n / loops)
+            out[f"{name}, {n} records"] = _spread(runs)
+    return out
 
 
 def signal_calls_ns(n: int = 100_000, repeat: int = 5) -> dict[str, Any]:

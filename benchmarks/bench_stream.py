@@ -20,9 +20,17 @@ Cases:
   records/s from the first send to the last offset committed, and records per second
   of the workers' CPU (all of them together), ``--repeats`` times each, alternating,
   median and range, and the two-worker median over the one-worker one.
-- ``latency``: a live replay paced at ``--rate`` records/s; per step, from the send of
-  its last batch to its announcement on ``<prefix>.steps`` (sent right after the row
-  is stored; the broker's timestamp): p50 / p95 / max.
+- ``latency``: a live replay sent on the job's own timeline, in real time (``--step-s``
+  or ``--rate`` choose the pace: the trace's op times scaled, as ``--time-scale``
+  does); per step, from its end on its last rank (its last op end) to its announcement
+  on ``<prefix>.steps`` (sent right after the row is stored; the broker's timestamp):
+  p50 / p95 / max. A step the hooks hold for the next one pays the hold here.
+
+Messages are cut as the hooks cut them (``rankwatch.schemas.batching``, applied by the
+replay to the trace's timeline: one message per rank and step when steps are longer
+than the 0.25-s window, several steps per message when they are shorter;
+``--time-scale`` replays the job with every op that fraction of its recorded time) and
+encoded as the hooks encode them (ops v3 frames; ``--ops-version 2`` for JSON).
 
 Figures go to stdout as one JSON object (``--json``) or a table.
 """
@@ -43,6 +51,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rankwatch.schemas.batching import BatchingRule
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim import analyse
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
@@ -51,7 +60,7 @@ from rankwatch.streams.ops.alerts import StragglerAlerts
 from rankwatch.streams.ops.analyser import WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.pipeline import Pipeline
-from rankwatch.streams.ops.replay import ReplayedBatch, replay_repeated
+from rankwatch.streams.ops.replay import ReplayedBatch, replay_repeated, span_ns
 from rankwatch.traceio import read_meta, read_trace
 
 # the dev broker and the worker helpers are test helpers (tests/support), not in the wheel
@@ -60,12 +69,18 @@ from support.devbroker import DevBroker, create_topics
 from support.workers import WorkerProcess, spread_jobs, uncommitted
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
+OPS_VERSION = 3
+"""What the messages are encoded as (``--ops-version``)."""
+
+
+def _encode(batch: Any) -> bytes:
+    return encode_ops(batch, version=OPS_VERSION)
 
 
 def core(batches: list[ReplayedBatch], trace: Any, meta: Any, repeat: int = 3) -> dict[str, float]:
     """Best of ``repeat`` runs each (a fresh pipeline each time): single runs of well
     under a second swung by 1.5x on this shared VM."""
-    messages = [encode_ops(b.batch) for b in batches]
+    messages = [_encode(b.batch) for b in batches]
     walls, cpus, offlines = [], [], []
     for _ in range(repeat):
         pipeline = Pipeline(
@@ -106,7 +121,7 @@ def drain(
     asyncio.run(create_topics(broker, [topic], 1))
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     records = sum(len(b.batch) for b in batches)
-    encoded = [(b.batch.job.encode(), encode_ops(b.batch)) for b in batches]
+    encoded = [(b.batch.job.encode(), _encode(b.batch)) for b in batches]
     worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / name}", work, name, **env))
     try:
         worker.wait_for(
@@ -243,7 +258,9 @@ async def _send_all(broker: str, topic: str, encoded: list[tuple[bytes, bytes]])
         await producer.stop()
 
 
-def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) -> dict[str, Any]:
+def latency(
+    broker: str, batches: list[ReplayedBatch], origin_ns: int, work: Path
+) -> dict[str, Any]:
     prefix = f"l{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.ops"
     asyncio.run(create_topics(broker, [topic], 1))
@@ -256,15 +273,14 @@ def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) 
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
         )
         t0 = time.monotonic()
-        last_sent = asyncio.run(_paced(broker, topic, batches, rate))
+        step_end = asyncio.run(_paced(broker, topic, batches, origin_ns))
         achieved = sum(len(b.batch) for b in batches) / (time.monotonic() - t0)
-        announced = asyncio.run(_announced(broker, f"{prefix}.steps", len(last_sent), 120))
+        announced = asyncio.run(_announced(broker, f"{prefix}.steps", len(step_end), 120))
         peak = _vmhwm_mib(worker.proc.pid)
     finally:
         worker.stop()
-    lat = sorted(announced[k] - last_sent[k] for k in announced if k in last_sent)
+    lat = sorted(announced[k] - step_end[k] for k in announced if k in step_end)
     return {
-        "rate_records_per_s": rate,
         "achieved_records_per_s": achieved,
         "steps": len(lat),
         "p50_s": statistics.median(lat) if lat else None,
@@ -275,31 +291,34 @@ def latency(broker: str, batches: list[ReplayedBatch], rate: float, work: Path) 
 
 
 async def _paced(
-    broker: str, topic: str, batches: list[ReplayedBatch], rate: float
+    broker: str, topic: str, batches: list[ReplayedBatch], origin_ns: int
 ) -> dict[int, float]:
-    """Send at ``rate`` records/s; the wall time each step's last batch was acked."""
+    """Send each message at its time on the replay's timeline (``origin_ns`` now), in
+    real time; returns the wall time each step ended on its last rank."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
         bootstrap_servers=broker, linger_ms=2, acks="all", max_batch_size=1024 * 1024
     )
     await producer.start()
-    last: dict[int, float] = {}
-    encoded = [encode_ops(item.batch) for item in batches]  # not on the paced path
+    encoded = [_encode(item.batch) for item in batches]  # not on the paced path
+    ends: dict[int, int] = {}
+    for item in batches:
+        b = item.batch
+        for step in {s for s, _ in b.steps_done}:
+            last = int((b.start_ns + b.duration_ns)[b.step == step].max())
+            ends[step] = max(ends.get(step, 0), last)
     try:
-        t0, sent = time.monotonic(), 0
+        t0, wall0 = time.monotonic(), time.time()
         for item, value in zip(batches, encoded, strict=True):
-            ahead = sent / rate - (time.monotonic() - t0)
+            ahead = (item.sent_ns - origin_ns) / 1e9 - (time.monotonic() - t0)
             if ahead > 0:
                 await asyncio.sleep(ahead)
             await producer.send(topic, value, key=item.batch.job.encode())
-            sent += len(item.batch)
-            for step, _ in item.batch.steps_done:
-                last[step] = time.time()  # overwritten until the step's last batch
         await producer.flush()
     finally:
         await producer.stop()
-    return last
+    return {step: wall0 + (end - origin_ns) / 1e9 for step, end in ends.items()}
 
 
 async def _announced(broker: str, topic: str, want: int, timeout_s: float) -> dict[int, float]:
@@ -319,17 +338,24 @@ async def _announced(broker: str, topic: str, want: int, timeout_s: float) -> di
     return got
 
 
-def _job_shape(trace: Any, batches: list[ReplayedBatch]) -> dict[str, Any]:
-    """The replayed job's size: reporting ranks, steps, records per step."""
+def _job_shape(trace: Any, batches: list[ReplayedBatch], time_scale: float) -> dict[str, Any]:
+    """The replayed job's size: reporting ranks, steps, records per step and message."""
     records = sum(len(b.batch) for b in batches)
     steps = len({s for b in batches for s, _ in b.batch.steps_done})
     ranks = len({b.batch.rank for b in batches})
+    ends = sum(len(b.batch.steps_done) for b in batches)
     return {
         "ranks": ranks,
         "steps": steps,
         "records": records,
         "records_per_step": records / max(steps, 1),
         "messages": len(batches),
+        "records_per_message": records / max(len(batches), 1),
+        "step_ends_per_message": ends / max(len(batches), 1),
+        "step_s": span_ns(trace, time_scale) / 1e9 / max(steps, 1),
+        "time_scale": time_scale,
+        "ops_version": OPS_VERSION,
+        "bytes_per_record": sum(len(_encode(b.batch)) for b in batches) / max(records, 1),
     }
 
 
@@ -379,8 +405,22 @@ def main() -> int:
         "--step-s",
         type=float,
         default=0.0,
-        help="latency case: send one step every STEP_S seconds (the job's pace; overrides --rate)",
+        help="latency case: one step every STEP_S seconds (the job's pace; overrides --rate)",
     )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="replay every op at this fraction of its recorded time (shorter steps: the "
+        "hooks then put several in a message); all cases",
+    )
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=BatchingRule().window_s,
+        help="the hooks' batching window (0: one message per rank and step, as before ops v3)",
+    )
+    parser.add_argument("--ops-version", type=int, default=3, choices=(2, 3))
     parser.add_argument(
         "--cases",
         default="core,kafka-1x,kafka-Nx,latency",
@@ -392,6 +432,8 @@ def main() -> int:
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
     )
     args = parser.parse_args()
+    global OPS_VERSION
+    OPS_VERSION = args.ops_version
     cases = set(args.cases.split(","))
     if args.trace == "GEN":
         dp, pp, mb, steps = (int(v) for v in args.gen.lower().split("x"))
@@ -406,8 +448,9 @@ def main() -> int:
     else:
         print(f"skipped: {DATA} is absent")
         return 0
-    one = list(replay_repeated(trace, meta, "bench", time.time_ns(), 1))
-    results: dict[str, Any] = {"trace": args.trace, "job": _job_shape(trace, one)}
+    scale, rule = args.time_scale, BatchingRule(window_s=args.window_s)
+    one = list(replay_repeated(trace, meta, "bench", time.time_ns(), 1, rule, scale))
+    results: dict[str, Any] = {"trace": args.trace, "job": _job_shape(trace, one, scale)}
     if args.trace == "GEN":
         results["gen"] = args.gen
     if "core" in cases:
@@ -419,7 +462,9 @@ def main() -> int:
         if "kafka-1x" in cases or ("latency" in cases and not (args.rate or args.step_s)):
             results["kafka-1x"] = drain(bootstrap, one, work, "x1")
         if "kafka-Nx" in cases:
-            many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies))
+            many = list(
+                replay_repeated(trace, meta, "bench", time.time_ns(), args.copies, rule, scale)
+            )
             results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
             del many
         if args.without_ops:
@@ -429,14 +474,20 @@ def main() -> int:
         if "group" in cases:
             results["group"] = group_case(bootstrap, trace, meta, args.copies, args.repeats, work)
         if "latency" in cases:
-            per_step = results["job"]["records_per_step"]
-            rate = (
-                per_step / args.step_s
-                if args.step_s
-                else args.rate or 0.7 * results["kafka-1x"]["records_per_s"]
-            )
-            live = list(replay_repeated(trace, meta, "live", time.time_ns(), 3))
-            results["latency"] = latency(bootstrap, live, rate, work)
+            # the pace: a job whose ops take `live_scale` of their recorded time
+            per_step_s = results["job"]["step_s"]
+            if args.step_s:
+                live_scale = scale * args.step_s / per_step_s
+            else:
+                rate = args.rate or 0.7 * results["kafka-1x"]["records_per_s"]
+                live_scale = scale * results["job"]["records_per_step"] / rate / per_step_s
+            origin = time.time_ns()
+            live = list(replay_repeated(trace, meta, "live", origin, 3, rule, live_scale))
+            results["latency"] = {
+                "time_scale": live_scale,
+                "records_per_message": sum(len(b.batch) for b in live) / len(live),
+                **latency(bootstrap, live, origin, work),
+            }
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -3,13 +3,15 @@
 Run from the repo root:
 
     .venv/bin/python benchmarks/bench_worker_memory.py --gen 128x8x16x24
-    .venv/bin/python benchmarks/bench_worker_memory.py --gen 160x8x32x24
+    .venv/bin/python benchmarks/bench_worker_memory.py --gen 160x8x32x24 [--ops-version 2]
 
-A generated 1F1B job (one straggler) is replayed as the hooks send it (one message per
-rank and step) into the worker's pipeline with raw ops kept, as ``rankwatch worker``
-runs it. The first ``window`` + 1 steps fill the rolling ideal window; then, for each
-measured step, Python's allocator is traced (``tracemalloc``: numpy's buffers are
-traced too) while its messages are decoded, assembled, analysed and turned into rows.
+A generated 1F1B job (one straggler) is replayed as the hooks send it (ops v3 frames, or
+v2 JSON with ``--ops-version 2``; these jobs' steps are longer than the hooks' batching
+window, so one message per rank and step) into the worker's pipeline with raw ops kept,
+as ``rankwatch worker`` runs it. The first ``window`` + 1 steps fill the rolling ideal
+window; then, for each measured step, Python's allocator is traced (``tracemalloc``:
+numpy's buffers are traced too) while its messages are decoded, assembled, analysed and
+turned into rows.
 The worker keeps a step's raw messages (the faust events waiting for their
 acknowledgement) and its output (the sink's buffer) until the step is stored, so this
 holds both until the step closes. Reported, per record of the step:
@@ -42,7 +44,9 @@ from rankwatch.streams.ops.pipeline import Pipeline
 from rankwatch.streams.ops.replay import replay_batches
 
 
-def messages_by_step(gen: str) -> tuple[dict[int, list[bytes]], dict[int, int], int]:
+def messages_by_step(
+    gen: str, version: int = 3
+) -> tuple[dict[int, list[bytes]], dict[int, int], int]:
     """The encoded messages of each step, its record count, and the reporting ranks."""
     dp, pp, mb, steps = (int(v) for v in gen.lower().split("x"))
     trace, meta = generate_trace(
@@ -52,13 +56,15 @@ def messages_by_step(gen: str) -> tuple[dict[int, list[bytes]], dict[int, int], 
     records: dict[int, int] = {}
     for b in replay_batches(trace, meta, "bench", time.time_ns()):
         step = int(np.min(b.batch.step))
-        by_step.setdefault(step, []).append(encode_ops(b.batch))
+        if len(b.batch.steps_done) != 1:
+            raise SystemExit(f"{gen}: steps shorter than the batching window, not measured here")
+        by_step.setdefault(step, []).append(encode_ops(b.batch, version=version))
         records[step] = records.get(step, 0) + len(b.batch)
     return by_step, records, dp * pp
 
 
-def run(gen: str, window: int) -> dict[str, Any]:
-    by_step, records, ranks = messages_by_step(gen)
+def run(gen: str, window: int, version: int = 3) -> dict[str, Any]:
+    by_step, records, ranks = messages_by_step(gen, version)
     steps = sorted(by_step)
     if len(steps) <= window + 2:
         raise SystemExit(f"--gen needs more than {window + 2} steps (window {window})")
@@ -86,6 +92,7 @@ def run(gen: str, window: int) -> dict[str, Any]:
             tracemalloc.stop()
     return {
         "gen": gen,
+        "ops_version": version,
         "reporting_ranks": ranks,
         "records_per_step": statistics.median(records.values()),
         "window": window,
@@ -100,8 +107,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gen", default="128x8x16x24", metavar="DPxPPxMBxSTEPS")
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW)
+    parser.add_argument("--ops-version", type=int, default=3, choices=(2, 3))
     args = parser.parse_args()
-    print(json.dumps(run(args.gen, args.window)))
+    print(json.dumps(run(args.gen, args.window, args.ops_version)))
     return 0
 
 

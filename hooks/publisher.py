@@ -1,13 +1,18 @@
 """The background thread that turns buffered records into messages and ships them.
 
-Per rank, records are grouped by step; a step's records leave together once the step
-ended on this rank (the last message of the step carries ``steps_done`` with the number
-of records this rank sent for it). A step that runs long is flushed every
-``flush_interval_s`` or every ``max_batch`` records, always holding its last record
-back so the step's closing message is never empty. Failed messages go to the spool
-(when configured) or are dropped and counted; the spool is resent while the transport
-works. Heartbeats go out every ``heartbeat_s``; the watchdog (``watchdog.py``), when
-given, is asked each round whether the op in flight is stuck and its stack dump sent.
+Per rank, records are grouped by step and cut into messages by the batching rule
+(``rankwatch.schemas.batching``, which ``rankwatch replay`` follows too): a finished
+step's records leave together with every other finished step still held (one message,
+each step with its ``steps_done`` count and ``rank_steps`` summary); a finished step is
+held only while the rank's next step is expected to end within ``batch_window_s`` of it,
+so long steps leave at once and short ones share a message. A step still running is
+flushed after ``partial_flush_s`` or past ``max_batch`` records, always holding its
+last record back so the step's closing message is never empty. The thread runs a round
+every ``flush_interval_s``, when woken at a step end, and when held steps fall due.
+Failed messages go to the spool (when configured) or are dropped and counted; the spool
+is resent while the transport works. Heartbeats go out every ``heartbeat_s``; the
+watchdog (``watchdog.py``), when given, is asked each round whether the op in flight is
+stuck and its stack dump sent.
 
 A rank told not to send its ops (``PublisherConfig.send_ops``: the tensor- and
 context-parallel peers of a large job, see ``HooksConfig.ops_from``) still times them
@@ -31,12 +36,20 @@ from rankwatch.hooks.records import MAX_STEPS_DONE, encode_ops
 from rankwatch.hooks.signals import StepSummaries
 from rankwatch.hooks.spool import Message, Spool
 from rankwatch.hooks.transports import Transport
+from rankwatch.schemas.batching import MAX_STEPS, BatchingRule, StepHold
+
+_RULE = BatchingRule()
 
 
 @dataclass(frozen=True)
 class PublisherConfig:
     flush_interval_s: float = 0.5
-    max_batch: int = 20_000
+    """How often the thread runs a round when nothing wakes it (heartbeats, watchdog)."""
+    max_batch: int = _RULE.max_records
+    batch_window_s: float = _RULE.window_s
+    """How long a finished step may wait to share a message with the next ones."""
+    partial_flush_s: float = _RULE.partial_s
+    """How long records of a running step may wait before they leave without its end."""
     heartbeat_s: float = 5.0
     resend_interval_s: float = 2.0
     close_timeout_s: float = 10.0
@@ -105,6 +118,8 @@ class Publisher:
         self._pending: dict[int, list[tuple]] = {}  # step -> records not yet sent
         self._counts: dict[int, int] = {}  # step -> records of it handed to messages
         self._ended: list[int] = []
+        """Finished steps whose records are held (see :class:`StepHold`)."""
+        self.hold = StepHold(self.config.batch_window_s)
         self.summaries = StepSummaries()
         """Per-step sums for the ``rank_steps`` item of each step's closing message."""
         self._first_pending: float | None = None
@@ -157,7 +172,11 @@ class Publisher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(self.config.flush_interval_s)
+            wait = self.config.flush_interval_s
+            deadline = self.hold.deadline
+            if deadline is not None:  # held steps fall due before the next round
+                wait = min(wait, max(deadline - time.monotonic(), 0.0))
+            self._wake.wait(wait)
             self._wake.clear()
             if self._stop.is_set():
                 break
@@ -191,23 +210,65 @@ class Publisher:
         self.summaries.add_records(records)
         for r in records:
             self._pending.setdefault(r[0], []).append(r)
-        if records and self._first_pending is None:
-            self._first_pending = now
-        self._ended.extend(ends)
+        for step in ends:
+            self._ended.append(step)
+            self.hold.ended(now)
         messages: list[Message] = []
-        for step in self._ended:
-            messages += self._step_messages(step, ended=True)
-        self._ended.clear()
+        ended = set(self._ended)
+        held = sum(len(self._pending.get(step, ())) for step in ended)
+        if self._ended and (final or held >= self.config.max_batch or self.hold.due(now)):
+            messages += self._ended_messages(self._ended)
+            self._ended.clear()
+            self.hold.sent()
+        running = [step for step in self._pending if step not in ended]
+        if running and self._first_pending is None:
+            self._first_pending = now
         first = self._first_pending
-        waited = first is not None and now - first >= self.config.flush_interval_s
-        big = sum(len(r) for r in self._pending.values()) >= self.config.max_batch
+        waited = first is not None and now - first >= self.config.partial_flush_s
+        big = sum(len(self._pending[step]) for step in running) >= self.config.max_batch
         if final or waited or big:
-            for step in list(self._pending):
-                messages += self._step_messages(step, ended=False, hold_last=not final)
-            self._first_pending = now if self._pending else None
+            for step in running:
+                messages += self._step_messages(step, hold_last=not final)
+            running = [step for step in self._pending if step not in ended]
+            self._first_pending = now if running else None
+        elif not running:
+            self._first_pending = None
         self._deliver(messages)
 
-    def _step_messages(self, step: int, ended: bool, hold_last: bool = False) -> list[Message]:
+    def _ended_messages(self, steps: list[int]) -> list[Message]:
+        """The held records of the finished ``steps``, in as few messages as the limits
+        allow; each step's count and summary go with its last record."""
+        size = self.config.max_batch
+        out: list[Message] = []
+        chunk: list[tuple] = []
+        done: list[tuple[int, int]] = []
+        summaries: list[dict] = []
+        for step in dict.fromkeys(steps):
+            records = self._pending.pop(step, [])
+            if not records:
+                self._counts.pop(step, None)  # nothing of it reached us (all dropped)
+                continue
+            at = 0
+            while at < len(records):
+                part = records[at : at + size - len(chunk)]
+                chunk += part
+                at += len(part)
+                self._counts[step] = self._counts.get(step, 0) + len(part)
+                if at == len(records):
+                    done.append((step, self._counts.pop(step)))
+                    summary = self.summaries.pop(step)
+                    if summary:
+                        summaries.append(summary)
+                if len(chunk) >= size or len(done) >= MAX_STEPS:
+                    out.append(self._encode(chunk, done, summaries))
+                    chunk, done, summaries = [], [], []
+        if chunk:
+            out.append(self._encode(chunk, done, summaries))
+        self._forget_lost_ends()
+        return out
+
+    def _step_messages(self, step: int, hold_last: bool) -> list[Message]:
+        """Records of a running step, without its end (all but the latest one)."""
         records = self._pending.pop(step, [])
         if hold_last and records:
             self._pending[step] = [records.pop()]
@@ -216,16 +277,14 @@ class Publisher:
         for lo in range(0, len(records), size):
             chunk = records[lo : lo + size]
             self._counts[step] = self._counts.get(step, 0) + len(chunk)
-            last = ended and lo + size >= len(records)
-            done = [(step, self._counts.pop(step))] if last else []
-            summary = self.summaries.pop(step) if last else None
-            out.append(self._encode(chunk, done, [summary] if summary else []))
-        if ended and not records:
-            self._counts.pop(step, None)  # nothing of it reached us (all dropped)
+            out.append(self._encode(chunk, []))
+        self._forget_lost_ends()
+        return out
+
+    def _forget_lost_ends(self) -> None:
         if len(self._counts) > MAX_STEPS_DONE:  # steps whose end was lost: forget them
             for old in sorted(self._counts)[: len(self._counts) - MAX_STEPS_DONE]:
                 del self._counts[old]
-        return out
 
     def _encode(
         self,

@@ -5,7 +5,10 @@ naming the path at fault, so a worker can dead-letter and count it in one place.
 
 Op batches take a faster path than other kinds: jsonschema checks the envelope (header
 fields and the shape of the column objects) and numpy checks the column items, with the
-rules read from the same schema file (:mod:`rankwatch.schemas.columns`).
+rules read from the same schema file (:mod:`rankwatch.schemas.columns`). From version 3
+an op batch is a binary frame (:mod:`rankwatch.schemas.frame`): a JSON header checked
+the same way, then column blocks read with ``np.frombuffer`` and checked with the same
+item rules; :func:`decode_ops` reads either form.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import numpy as np
 import orjson
 
 from rankwatch.schemas import columns as cols
+from rankwatch.schemas import frame
 from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.fastcheck import Check, compile_check
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
@@ -68,7 +72,10 @@ def encode(
 def decode(
     kind: str, data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> dict[str, Any]:
-    """Parse and validate one message of ``kind``; returns the plain dict."""
+    """Parse and validate one message of ``kind``; returns the plain dict (for an ops
+    frame, its header with the columns as lists under ``ops`` and ``extra``)."""
+    if kind == "ops" and isinstance(data, bytes | bytearray | memoryview) and frame.is_frame(data):
+        return _frame_message(_decode_frame(data, max_bytes))
     message = _parse(data, max_bytes)
     if kind == "ops":
         _check_identity(kind, message)
@@ -80,6 +87,10 @@ def decode(
 
 def _check_message(kind: str, message: Mapping[str, Any]) -> None:
     version = _check_identity(kind, message)
+    if kind == "ops" and version in frame.binary_versions():
+        raise InvalidMessage(
+            "schema", f"ops v{version} is a binary frame: encode an OpBatch with encode_ops"
+        )
     if kind == "ops":
         _batch_from_message(message)
         return
@@ -90,9 +101,15 @@ def _check_message(kind: str, message: Mapping[str, Any]) -> None:
 # -- op batches -------------------------------------------------------------------------
 
 
-def encode_ops(batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-    """Serialise a batch after checking its header and columns against the ops schema."""
-    rules = _ops_rules(latest_version("ops"))
+def encode_ops(
+    batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES, version: int | None = None
+) -> bytes:
+    """Serialise a batch after checking its header and columns against the ops schema of
+    ``version`` (the latest, a binary frame, by default; 1 and 2 write JSON)."""
+    version = latest_version("ops") if version is None else version
+    if version in frame.binary_versions():
+        return _encode_frame(batch, version, max_bytes)
+    rules = _ops_rules(version)
     header = {name: _plain(getattr(batch, name)) for name in HEADER_FIELDS}
     message: dict[str, Any] = {"schema": "ops", "version": rules.version, **header}
     if batch.steps_done:
@@ -124,7 +141,10 @@ def encode_ops(batch: OpBatch, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
 def decode_ops(
     data: bytes | bytearray | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> OpBatch:
-    """Parse and validate an ops message into an :class:`OpBatch`."""
+    """Parse and validate an ops message (a JSON document or a binary frame) into an
+    :class:`OpBatch`. A frame's columns are read-only views of ``data``."""
+    if isinstance(data, bytes | bytearray | memoryview) and frame.is_frame(data):
+        return _decode_frame(data, max_bytes)
     message = _parse(data, max_bytes)
     _check_identity("ops", message)
     return _batch_from_message(message, bools_possible=_has_bool_literal(data))
@@ -144,7 +164,8 @@ class _OpsRules:
     specs: tuple[cols.ColumnSpec, ...]
     envelope: Validator  # the message with column items unchecked
     envelope_ok: Check  # the same verdict, faster; jsonschema explains a failure
-    header: Validator  # the scalar fields alone
+    header: Validator  # the scalar fields alone (a frame's header: all but the columns)
+    header_ok: Check  # the same verdict, faster
     max_items: int
     block: cols.IntegerBlock  # the required plain integer columns, read in one go
 
@@ -167,6 +188,7 @@ def _ops_rules(version: int) -> _OpsRules:
         envelope=compile_schema(envelope),
         envelope_ok=compile_check(envelope),
         header=compile_schema(header),
+        header_ok=compile_check(header),
         max_items=cols.max_items(raw),
         block=cols.IntegerBlock.of(
             tuple(
@@ -179,6 +201,10 @@ def _ops_rules(version: int) -> _OpsRules:
 
 
 def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = True) -> OpBatch:
+    if message["version"] in frame.binary_versions():
+        raise InvalidMessage(
+            "schema", f"$.version: ops v{message['version']} travels as a binary frame, not JSON"
+        )
     rules = _ops_rules(message["version"])
     if not rules.envelope_ok(message):
         _validate(rules.envelope, message)
@@ -205,6 +231,133 @@ def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = Tr
     steps_done = tuple((d["step"], d["n_ops"]) for d in message.get("steps_done", ()))
     rank_steps = tuple(message.get("rank_steps", ()))
     return OpBatch(**read, steps_done=steps_done, rank_steps=rank_steps)
+
+
+# -- op batches as binary frames (ops v3) ------------------------------------------------
+
+
+def _encode_frame(batch: OpBatch, version: int, max_bytes: int) -> bytes:
+    rules = _ops_rules(version)
+    lay = frame.layout(version)
+    header: dict[str, Any] = {"schema": "ops", "version": version}
+    header.update((name, _plain(getattr(batch, name))) for name in HEADER_FIELDS)
+    blocks, lengths, extras, strings = {}, {}, [], {}
+    for spec in rules.specs:
+        raw = getattr(batch, spec.name)
+        if raw is None:
+            if spec.group == "ops":
+                raise InvalidMessage("schema", f"{spec.path}: required column is None")
+            continue
+        column = cols.check_column(spec, np.asarray(raw))
+        lengths[spec.path] = column.shape[0]
+        if spec.type == "string" and spec.enum is None:
+            index: dict[str, int] = {}  # (numpy's fixed-width strings drop trailing NULs)
+            column = np.fromiter(
+                (index.setdefault(v, len(index)) for v in column.tolist()), np.int64, len(column)
+            )
+            strings[spec.name] = list(index)
+        if spec.group != "ops":
+            extras.append(spec.name)
+        blocks[spec.name] = column.astype(lay.dtypes[spec.name], copy=False)
+    _check_lengths(lengths, rules.max_items)
+    header["records"] = len(batch)
+    if extras:
+        header["extra_columns"] = extras
+    if strings:
+        header["strings"] = strings
+    if batch.steps_done:
+        header["steps_done"] = [
+            {"step": _plain(s), "n_ops": _plain(n)} for s, n in batch.steps_done
+        ]
+    if batch.rank_steps:
+        header["rank_steps"] = list(batch.rank_steps)
+        _check_finite(header["rank_steps"], "$.rank_steps")
+    _validate(rules.header, header)
+    data = frame.pack(_dumps(header, max_bytes), blocks, lay)
+    _check_size(data, max_bytes)
+    return data
+
+
+def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBatch:
+    _check_size(data, max_bytes)
+    head, start = frame.split(data)
+    try:
+        header = orjson.loads(head)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidMessage("malformed-json", f"frame header: {exc}"[:_DETAIL_CHARS]) from None
+    version = _check_identity("ops", header)
+    if version not in frame.binary_versions():
+        raise InvalidMessage("schema", f"$.version: ops v{version} is JSON, not a binary frame")
+    rules = _ops_rules(version)
+    if not rules.header_ok(header):
+        _validate(rules.header, header)
+    how = _frame_plan(version, tuple(header.get("extra_columns", ())))
+    strings = header.get("strings", _NO_STRINGS)
+    if strings and not how.strings.issuperset(strings):
+        unused = sorted(set(strings) - how.strings)
+        raise InvalidMessage("schema", f"$.strings: {unused} name no column sent")
+    runs = frame.read_runs(data, start, header["records"], how.plan, how.align)
+    read: dict[str, Any] = {name: header[name] for name in HEADER_FIELDS}
+    for run, names, values in zip(how.plan.runs, how.names, runs, strict=True):
+        read.update(zip(names, cols.check_run(run.specs, values, strings), strict=True))
+    steps_done = tuple((d["step"], d["n_ops"]) for d in header.get("steps_done", ()))
+    return OpBatch(**read, steps_done=steps_done, rank_steps=tuple(header.get("rank_steps", ())))
+
+
+_NO_STRINGS: dict[str, list[str]] = {}
+
+
+@dataclass(frozen=True)
+class _FramePlan:
+    plan: frame.Plan
+    align: int
+    names: tuple[tuple[str, ...], ...]  # the column names of each run
+    strings: frozenset[str]  # the string columns sent
+
+
+@cache
+def _frame_plan(version: int, extras: tuple[str, ...]) -> _FramePlan:
+    """How to read a frame naming ``extras``: they must be optional columns, each once,
+    in schema order."""
+    rules = _ops_rules(version)
+    optional = [spec.name for spec in rules.specs if spec.group != cols.GROUPS[0]]
+    if [name for name in optional if name in extras] != list(extras):
+        raise InvalidMessage(
+            "schema",
+            f"$.extra_columns: {list(extras)}; each of {optional} at most once, in that order",
+        )
+    present = [spec for spec in rules.specs if spec.group == cols.GROUPS[0] or spec.name in extras]
+    how = frame.plan(version, frozenset(spec.name for spec in present))
+    return _FramePlan(
+        plan=how,
+        align=frame.layout(version).align,
+        names=tuple(tuple(spec.name for spec in run.specs) for run in how.runs),
+        strings=frozenset(s.name for s in present if s.type == "string" and s.enum is None),
+    )
+
+
+def _frame_message(batch: OpBatch) -> dict[str, Any]:
+    """A decoded frame as a plain dict: its header, and its columns as JSON lists."""
+    version = latest_binary = frame.binary_versions()[-1]
+    rules = _ops_rules(latest_binary)
+    message: dict[str, Any] = {"schema": "ops", "version": version}
+    message.update((name, getattr(batch, name)) for name in HEADER_FIELDS)
+    message["records"] = len(batch)
+    groups: dict[str, dict[str, Any]] = {group: {} for group in cols.GROUPS}
+    for spec in rules.specs:
+        column = getattr(batch, spec.name)
+        if column is not None:
+            value = _json_column(spec, column)
+            groups[spec.group][spec.name] = value if isinstance(value, list) else value.tolist()
+    message["ops"] = groups["ops"]
+    if groups["extra"]:
+        message["extra_columns"] = list(groups["extra"])
+        message["extra"] = groups["extra"]
+    if batch.steps_done:
+        message["steps_done"] = [{"step": s, "n_ops": n} for s, n in batch.steps_done]
+    if batch.rank_steps:
+        message["rank_steps"] = list(batch.rank_steps)
+    return message
 
 
 def _check_lengths(lengths: Mapping[str, int], max_items: int) -> None:

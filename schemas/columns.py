@@ -72,8 +72,9 @@ def max_items(ops_schema: Mapping[str, Any]) -> int:
 
 
 def envelope_schema(ops_schema: Mapping[str, Any]) -> dict[str, Any]:
-    """The ops schema without per-item rules: what jsonschema checks before numpy does."""
-    stripped = copy.deepcopy(dict(ops_schema))
+    """The ops schema without per-item rules (and without the ``x-`` annotations of a
+    binary layout): what jsonschema checks before numpy does."""
+    stripped = {k: copy.deepcopy(v) for k, v in ops_schema.items() if not k.startswith("x-")}
     for group in GROUPS:
         for prop in stripped["properties"][group]["properties"].values():
             prop.pop("items")
@@ -289,3 +290,76 @@ def _check_strings(spec: ColumnSpec, column: np.ndarray) -> np.ndarray:
     if not all(type(v) is str for v in values):
         _wrong_type(spec, values, (str,))
     return _read_strings(spec, values)
+
+
+# -- binary blocks (ops v3 frames) -------------------------------------------------------
+
+
+def check_run(
+    specs: Sequence[ColumnSpec], run: np.ndarray, strings: Mapping[str, list[str]]
+) -> list[np.ndarray]:
+    """Columns read from a frame as one (column, record) array of their wire dtype (see
+    ``rankwatch.schemas.frame``), all of ``specs`` sharing one dtype and one set of item
+    rules, checked against those rules; returns the columns. Only the bounds the dtype
+    does not already hold cost a pass. Enum codes come back as int8, string codes as the
+    strings (``strings[name]``: the list the frame's header gives for the column), the
+    rest as views of the frame."""
+    spec = specs[0]
+    if spec.enum is not None:
+        return [_check_block_codes(s, row) for s, row in zip(specs, run, strict=True)]
+    if spec.type == "string":
+        return [
+            _check_block_strings(s, row, strings.get(s.name))
+            for s, row in zip(specs, run, strict=True)
+        ]
+    if spec.type == "number":
+        return [check_column(s, row) for s, row in zip(specs, run, strict=True)]
+    low, high = _unheld_bounds(spec, run.dtype)
+    if low is not None and run.min() < low:
+        _out_of_bounds(specs, run, run < low)
+    if high is not None and run.max() > high:
+        _out_of_bounds(specs, run, run > high)
+    return list(run)
+
+
+@cache
+def _unheld_bounds(spec: ColumnSpec, dtype: np.dtype[Any]) -> tuple[int | None, int | None]:
+    """The bounds of ``spec`` that values of ``dtype`` can break (None: cannot)."""
+    info = np.iinfo(dtype)
+    low = spec.minimum if spec.minimum is not None and spec.minimum > info.min else None
+    high = spec.maximum if spec.maximum is not None and spec.maximum < info.max else None
+    return (None if low is None else int(low)), (None if high is None else int(high))
+
+
+def _check_block_codes(spec: ColumnSpec, block: np.ndarray) -> np.ndarray:
+    assert spec.enum is not None
+    if block.dtype.itemsize != 1:
+        raise RuntimeError(f"{spec.path}: enum codes travel as one byte, not {block.dtype}")
+    # as unsigned bytes a negative code is >= 128: one pass for both bounds
+    if int(block.view(np.uint8).max()) >= len(spec.enum):
+        at = int(np.flatnonzero(block.view(np.uint8) >= len(spec.enum))[0])
+        raise InvalidMessage("bad-value", f"{spec.path}[{at}]: not one of the {spec.name} names")
+    return block.view(np.int8)
+
+
+def _check_block_strings(
+    spec: ColumnSpec, block: np.ndarray, strings: list[str] | None
+) -> np.ndarray:
+    if strings is None:
+        raise InvalidMessage("schema", f"$.strings.{spec.name}: required for the column's codes")
+    if block.size and int(block.max()) >= len(strings):
+        at = int(np.flatnonzero(block >= len(strings))[0])
+        raise InvalidMessage(
+            "bad-value", f"{spec.path}[{at}]: code {int(block[at])} beyond $.strings.{spec.name}"
+        )
+    return np.asarray(strings, dtype=object)[block]
+
+
+def _out_of_bounds(specs: Sequence[ColumnSpec], run: np.ndarray, bad: np.ndarray) -> None:
+    column, at = (int(i[0]) for i in np.nonzero(bad))
+    spec = specs[column]
+    raise InvalidMessage(
+        "bad-value",
+        f"{spec.path}[{at}]: {run[column, at].item()!r} is outside"
+        f" [{spec.minimum}, {spec.maximum}]",
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 REASONS: tuple[str, ...] = (
     "malformed-json",  # not JSON, truncated, NaN/Infinity literals, ints beyond 64 bits
+    "malformed-frame",  # a binary op batch (ops v3) cut short before its header ends
     "too-large",  # more bytes than the configured maximum
     "unknown-kind",  # no schema of that kind
     "unknown-version",  # the message's version has no schema file

@@ -17,8 +17,8 @@ import numpy as np
 
 from rankwatch.schemas import columns as cols
 from rankwatch.schemas import ddl
+from rankwatch.schemas.frame import FRAME_FIELDS
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
-from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.schemas.registry import latest_version, schema
 
 
@@ -66,9 +66,11 @@ CONTRACTS: dict[str, TableContract] = {
         renames={"start_ns": "time"},
         # job-wide facts (the jobs table holds the sizes) and send-side bookkeeping;
         # batch_seq stays: a restarted worker recognises the batches it stored
-        # rank_steps -> rank_signals, derived by the ops worker
+        # rank_steps -> rank_signals, derived by the ops worker; records, extra_columns
+        # and strings say how a binary frame (ops v3) lays out its columns
         omitted=frozenset(
             {"schema", "version", "sent_ns", "dp_size", "pp_size", "steps_done", "rank_steps"}
+            | set(FRAME_FIELDS)
         ),
         bookkeeping=frozenset({"inserted_at"}),
     ),
@@ -117,7 +119,9 @@ def _columns(table: str) -> tuple[frozenset[str], frozenset[str]]:
 
 def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]:
     """The ``ops`` table columns of some batches, named as the ops contract says: header
-    fields repeated per record, op types as names, absent extras NULL."""
+    fields repeated per record, op types as their int8 codes (the values of the table's
+    Enum8, which the migrations declare from the same vocabulary: no name per record),
+    absent extras NULL."""
     contract = CONTRACTS["ops"]
     sizes = [len(b) for b in batches]
     out: dict[str, np.ndarray | list[Any]] = {}
@@ -129,7 +133,6 @@ def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any]]
     for name in present:
         parts = [_column_or_none(b, name) for b in batches]
         out[contract.renames.get(name, name)] = _concat(parts)
-    out["optype"] = np.asarray(OPTYPES, dtype=object)[out["optype"]]
     return out
 
 

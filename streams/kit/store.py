@@ -341,6 +341,9 @@ def _arrow_table(
                 arrays[name] = pa.array(values, type=pa.string())
             elif base in _ARROW_NUMBERS and values.dtype.kind in "iuf":
                 arrays[name] = pa.array(values, type=getattr(pa, _ARROW_NUMBERS[base])())
+            elif base.startswith(("Enum8(", "Enum16(")) and values.dtype.kind in "iu":
+                # the enum's values as they are: no name per row to parse
+                arrays[name] = pa.array(values, type=pa.int8() if "8" in base[:6] else pa.int16())
             elif column.ns_divisor in _ARROW_TIME_UNITS and values.dtype.kind in "iu":
                 divisor = column.ns_divisor
                 ticks = pa.array(values.astype(np.int64) // divisor, type=pa.int64())

@@ -297,7 +297,7 @@ class StepAssembler:
                 continue
             if step in job.kept:
                 self.counters.late_kept_batches += 1
-            rows = order[lo:hi] if order is not None else slice(None)
+            rows = order[lo:hi] if order is not None else slice(lo, hi)
             columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
             open_step.chunks.append(_Chunk(columns, worker, batch.rank))
             open_step.received[worker] = open_step.received.get(worker, 0) + int(hi - lo)
@@ -383,9 +383,14 @@ class StepAssembler:
 
 def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """Row order grouping ``steps`` (None: as they are), the distinct steps, and their
-    group bounds. A batch usually holds one step: no sort then."""
+    group bounds. A batch usually holds one step, or several in step order (the hooks
+    batch short steps): no sort then, and each step's records are a slice (a view)."""
     if steps.size and steps[0] == steps[-1] and bool((steps == steps[0]).all()):
         return None, steps[:1], np.array([0, steps.size])
+    change = np.diff(steps)
+    if bool((change >= 0).all()):
+        cut = np.flatnonzero(change) + 1
+        return None, steps[np.concatenate(([0], cut))], np.concatenate(([0], cut, [steps.size]))
     order = np.argsort(steps, kind="stable")
     ordered = steps[order]
     cut = np.flatnonzero(np.diff(ordered)) + 1

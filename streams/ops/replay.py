@@ -1,9 +1,15 @@
-"""Replay an op trace as the hooks would have sent it: one batch per rank and step.
+"""Replay an op trace as the hooks would have sent it.
 
-A hook flushes its buffer when the step ends on its rank, so a replayed batch holds
-one rank's ops of one step and is "sent" at that rank's last op end. Batches come
-out in send-time order, the order a broker would see them. Pure: the shells
-(``rankwatch replay``, the embedded demo) encode and ship what this yields.
+The hooks cut a rank's records into messages by the batching rule
+(``rankwatch.schemas.batching``); the replay applies the same rule to the trace's
+timeline, each record "put" at its op's end: a step's records leave at the rank's last
+op end of the step, together with the rank's earlier finished steps still held (short
+steps share a message, at most ``window_s`` late); a step longer than ``partial_s``
+sends its earlier records before it ends; the rank's last step leaves at its end (the
+hooks close). With the default rule and steps longer than the window (the shipped
+traces' steps take seconds) this is one message per rank and step. Batches come out in
+send-time order, the order a broker would see them. Pure: the shells (``rankwatch
+replay``, the embedded demo) encode and ship what this yields.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rankwatch.schemas.batching import MAX_STEPS, BatchingRule, StepHold
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.sim.trace import JobMeta, Trace
 
@@ -31,44 +38,66 @@ class ReplayedBatch:
 
 
 def replay_batches(
-    trace: Trace, meta: JobMeta, job: str, origin_ns: int
+    trace: Trace,
+    meta: JobMeta,
+    job: str,
+    origin_ns: int,
+    rule: BatchingRule | None = None,
+    time_scale: float = 1.0,
 ) -> Iterator[ReplayedBatch]:
-    """Per-(rank, step) batches of ``trace`` laid on a timeline starting at ``origin_ns``.
+    """The batches of ``trace`` as the hooks cut them (``rule``, the hooks' default when
+    None), laid on a timeline starting at ``origin_ns``.
 
     Steps are placed one after another (their recorded length plus a small gap), in
-    step order; inside a step the recorded start times are kept.
+    step order; inside a step the recorded start times are kept. ``time_scale`` < 1
+    replays the job as if every op took that fraction of its recorded time (shorter
+    steps: the hooks' rule then puts several in one message).
     """
-    step_offset_ns = {step: origin_ns + at for step, at in _step_offsets_ns(trace).items()}
+    rule = rule or BatchingRule()
+    step_offset_ns = {
+        step: origin_ns + at for step, at in _step_offsets_ns(trace, time_scale).items()
+    }
     # integers for the epoch part: float64 has ~100 ns resolution at today's epoch ns
     offsets = np.array([step_offset_ns[s] for s in trace.step.tolist()], dtype=np.int64)
-    start_ns = offsets + np.round(trace.start_ts * 1e9).astype(np.int64)
-    duration_ns = np.round(trace.duration * 1e9).astype(np.int64)
-    order = np.lexsort((start_ns, trace.rank, trace.step))
-    batches = list(_cut(trace, meta, job, order, start_ns, duration_ns))
+    start_ns = offsets + np.round(trace.start_ts * (1e9 * time_scale)).astype(np.int64)
+    duration_ns = np.round(trace.duration * (1e9 * time_scale)).astype(np.int64)
+    order = np.lexsort((start_ns + duration_ns, trace.step, trace.rank))
+    batches = list(_cut(trace, meta, job, order, start_ns, duration_ns, rule))
     batches.sort(key=lambda b: (b.sent_ns, b.batch.rank))
     yield from batches
 
 
-def span_ns(trace: Trace) -> int:
+def span_ns(trace: Trace, time_scale: float = 1.0) -> int:
     """Length of the replay's timeline: a replay that should end now starts at
     ``now - span_ns(trace)`` (a job's rows must not lie in the future)."""
     ends = trace.start_ts + trace.duration
-    offsets = _step_offsets_ns(trace)
+    offsets = _step_offsets_ns(trace, time_scale)
     if not offsets:
         return 0
     last = max(offsets)
-    return offsets[last] + round(float(ends[trace.step == last].max()) * 1e9)
+    return offsets[last] + round(float(ends[trace.step == last].max()) * 1e9 * time_scale)
 
 
-def _step_offsets_ns(trace: Trace) -> dict[int, int]:
+def _step_offsets_ns(trace: Trace, time_scale: float = 1.0) -> dict[int, int]:
     """Start of each step from the start of the first: recorded lengths plus a gap."""
     ends = trace.start_ts + trace.duration
     out: dict[int, int] = {}
     cursor = 0
     for step in np.unique(trace.step).tolist():
         out[step] = cursor
-        cursor += round((float(ends[trace.step == step].max()) + STEP_GAP_S) * 1e9)
+        length = float(ends[trace.step == step].max()) + STEP_GAP_S
+        cursor += round(length * 1e9 * time_scale)
     return out
+
+
+@dataclass
+class _Part:
+    """Records of one step of one rank waiting to leave (rows of the trace)."""
+
+    step: int
+    rows: np.ndarray
+    n_ops: int = 0
+    """The step's record count once its end is known (0: still running)."""
 
 
 def _cut(
@@ -78,42 +107,133 @@ def _cut(
     order: np.ndarray,
     start_ns: np.ndarray,
     duration_ns: np.ndarray,
+    rule: BatchingRule,
 ) -> Iterator[ReplayedBatch]:
-    key = trace.step[order] * (1 << 24) + trace.rank[order]
-    bounds = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1, [key.size]))
-    seq_by_rank: dict[int, int] = {}
+    """Per rank, the messages the hooks' rule makes of its records (``order``: rows by
+    rank, step and op end)."""
+    end_ns = start_ns + duration_ns
+    rank_sorted = trace.rank[order]
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(rank_sorted)) + 1, [order.size]))
     for lo, hi in itertools.pairwise(bounds.tolist()):
         rows = order[lo:hi]
         rank = int(trace.rank[rows[0]])
-        sent_ns = int((start_ns[rows] + duration_ns[rows]).max())
-        seq_by_rank[rank] = seq_by_rank.get(rank, -1) + 1
-        batch = OpBatch(
-            job=job,
-            host=f"host-{rank // RANKS_PER_HOST}",
-            rank=rank,
-            dp_rank=int(trace.dp_rank[rows[0]]),
-            pp_rank=int(trace.stage[rows[0]]),
-            tp_rank=0,
-            cp_rank=0,
-            dp_size=meta.dp_size,
-            pp_size=meta.pp_size,
-            batch_seq=seq_by_rank[rank],
-            sent_ns=sent_ns,
-            step=trace.step[rows],
-            optype=trace.optype[rows],
-            seq_id=trace.seq_id[rows],
-            mb_id=trace.mb_id[rows],
-            chunk=trace.mc[rows],
-            gmc=trace.gmc[rows],
-            start_ns=start_ns[rows],
-            duration_ns=duration_ns[rows],
-            steps_done=((int(trace.step[rows[0]]), int(hi - lo)),),
-        )
-        yield ReplayedBatch(batch, sent_ns)
+        sends = _rank_sends(trace.step[rows], end_ns[rows], rows, rule)
+        for seq, (sent_ns, parts) in enumerate(sends):
+            yield ReplayedBatch(_batch(trace, meta, job, rank, seq, sent_ns, parts, start_ns,
+                                       duration_ns), sent_ns)  # fmt: skip
+
+
+def _rank_sends(
+    steps: np.ndarray, ends: np.ndarray, rows: np.ndarray, rule: BatchingRule
+) -> list[tuple[int, list[_Part]]]:
+    """(send time, the parts in it) of one rank's messages, in send order. ``ends``: each
+    record's op end (when the hooks put it), ns; the hold runs on the same clock."""
+    out: list[tuple[int, list[_Part]]] = []
+    hold = StepHold(rule.window_s * 1e9)
+    held: list[_Part] = []
+
+    def release_held(before: int) -> None:
+        """Send the held steps if they fall due by ``before``."""
+        deadline = hold.deadline
+        if held and deadline is not None and deadline <= before:
+            out.extend(_chunks(int(deadline), held, rule))
+            held.clear()
+            hold.sent()
+
+    partial_ns = round(rule.partial_s * 1e9)
+    cut = np.concatenate(([0], np.flatnonzero(np.diff(steps)) + 1, [steps.size]))
+    segments = list(itertools.pairwise(cut.tolist()))
+    for i, (lo, hi) in enumerate(segments):
+        step, step_end = int(steps[lo]), int(ends[hi - 1])
+        release_held(int(ends[lo]))
+        # a step that runs long: partial_s after the first pending record, the records
+        # ended by then leave, all but the latest (the hooks' partial flush)
+        at, flush_at = lo, int(ends[lo]) + partial_ns
+        while (upto := lo + int(np.searchsorted(ends[lo:hi], flush_at, side="right"))) < hi:
+            release_held(flush_at)
+            if upto - 1 > at:
+                out.extend(_chunks(flush_at, [_Part(step, rows[at : upto - 1])], rule))
+                at = upto - 1
+            flush_at += partial_ns
+        hold.ended(float(step_end))
+        held.append(_Part(step, rows[at:hi], n_ops=hi - lo))
+        size = sum(part.rows.size for part in held)
+        if i == len(segments) - 1 or hold.due(float(step_end)) or size >= rule.max_records:
+            out.extend(_chunks(step_end, held, rule))  # the last step: the hooks close
+            held.clear()
+            hold.sent()
+    out.sort(key=lambda item: item[0])
+    return out
+
+
+def _chunks(sent_ns: int, parts: list[_Part], rule: BatchingRule) -> list[tuple[int, list[_Part]]]:
+    """``parts`` in messages of at most ``max_records`` records and ``MAX_STEPS`` ends."""
+    out: list[tuple[int, list[_Part]]] = []
+    current: list[_Part] = []
+    size = ends = 0
+    for part in parts:
+        at = 0
+        while at < part.rows.size:
+            take = min(part.rows.size - at, rule.max_records - size)
+            whole = at == 0 and take == part.rows.size
+            piece = part if whole else _Part(part.step, part.rows[at : at + take])
+            if not whole and at + take == part.rows.size:
+                piece.n_ops = part.n_ops  # the step's end rides with its last record
+            current.append(piece)
+            size, at = size + take, at + take
+            ends += 1 if piece.n_ops else 0
+            if size >= rule.max_records or ends >= MAX_STEPS:
+                out.append((sent_ns, current))
+                current, size, ends = [], 0, 0
+    if current:
+        out.append((sent_ns, current))
+    return out
+
+
+def _batch(
+    trace: Trace,
+    meta: JobMeta,
+    job: str,
+    rank: int,
+    seq: int,
+    sent_ns: int,
+    parts: list[_Part],
+    start_ns: np.ndarray,
+    duration_ns: np.ndarray,
+) -> OpBatch:
+    rows = parts[0].rows if len(parts) == 1 else np.concatenate([p.rows for p in parts])
+    return OpBatch(
+        job=job,
+        host=f"host-{rank // RANKS_PER_HOST}",
+        rank=rank,
+        dp_rank=int(trace.dp_rank[rows[0]]),
+        pp_rank=int(trace.stage[rows[0]]),
+        tp_rank=0,
+        cp_rank=0,
+        dp_size=meta.dp_size,
+        pp_size=meta.pp_size,
+        batch_seq=seq,
+        sent_ns=sent_ns,
+        step=trace.step[rows],
+        optype=trace.optype[rows],
+        seq_id=trace.seq_id[rows],
+        mb_id=trace.mb_id[rows],
+        chunk=trace.mc[rows],
+        gmc=trace.gmc[rows],
+        start_ns=start_ns[rows],
+        duration_ns=duration_ns[rows],
+        steps_done=tuple((p.step, p.n_ops) for p in parts if p.n_ops),
+    )
 
 
 def replay_repeated(
-    trace: Trace, meta: JobMeta, job: str, origin_ns: int, copies: int
+    trace: Trace,
+    meta: JobMeta,
+    job: str,
+    origin_ns: int,
+    copies: int,
+    rule: BatchingRule | None = None,
+    time_scale: float = 1.0,
 ) -> Iterator[ReplayedBatch]:
     """``trace`` replayed ``copies`` times back to back as one longer job (steps and
     batch sequence numbers continue): long replays for benchmarks of bounded memory."""
@@ -123,9 +243,9 @@ def replay_repeated(
     for i in range(copies):
         shifted = dataclasses.replace(trace, step=trace.step + i * span)
         last = start
-        for item in replay_batches(shifted, meta, job, start):
+        for item in replay_batches(shifted, meta, job, start, rule, time_scale):
             rank = item.batch.rank
             seq[rank] = seq.get(rank, -1) + 1
             last = item.sent_ns
             yield ReplayedBatch(dataclasses.replace(item.batch, batch_seq=seq[rank]), item.sent_ns)
-        start = last + round(STEP_GAP_S * 1e9)
+        start = last + round(STEP_GAP_S * 1e9 * time_scale)

@@ -1,6 +1,7 @@
-"""Duplicate, shuffled, truncated, wrong-typed, unknown-version and oversized messages, and
-batches that contradict their job (other sizes, another rank's coordinates, a key naming
-another job, a step far away) mixed into a replay on topics the broker has never seen,
+"""Duplicate, shuffled, truncated (JSON, and ops v3 frames cut short), wrong-typed,
+unknown-version and oversized messages, and batches that contradict their job (other
+sizes, another rank's coordinates, a key naming another job, a step far away) mixed
+into a replay on topics the broker has never seen,
 whose ranks restart their batch numbering halfway (a training restart): the worker does
 not crash, each bad message is in the dead-letter table and on the dead-letter topic
 (original bytes, reason header), duplicates are counted and not stored twice, and the
@@ -41,21 +42,25 @@ Message = tuple[bytes, bytes]
 
 
 def dirty_stream(
-    good: list[bytes], steps_of: list[int]
+    good: list[bytes], as_json: list[bytes], steps_of: list[int]
 ) -> tuple[list[Message], dict[str, Message]]:
-    """The good messages with each step's batches shuffled, some repeated, and bad ones
-    in between; returns the stream and the bad message of each reason."""
+    """The good messages (ops v3 frames) with each step's batches shuffled, some
+    repeated, and bad ones in between, frames and JSON (``as_json``: the same batches as
+    v2, the base of the edited ones); returns the stream and the bad message of each
+    reason."""
     rng = random.Random(7)
     out: list[Message] = []
     for step in sorted(set(steps_of)):
         batch = [(KEY, m) for m, s in zip(good, steps_of, strict=True) if s == step]
         rng.shuffle(batch)  # inside a step: arrival order must not matter
         out += batch + batch[:1]  # and a hook retried one batch
-    doc = orjson.loads(good[0])
-    other_rank = next(d for d in map(orjson.loads, good) if d["rank"] != doc["rank"])
+    doc = orjson.loads(as_json[0])
+    other_rank = next(d for d in map(orjson.loads, as_json) if d["rank"] != doc["rank"])
     fresh = {**doc, "batch_seq": 10_000}  # not a duplicate: a new batch that lies
     bad = {
-        "malformed-json": good[1][: len(good[1]) // 2],  # truncated
+        "malformed-json": as_json[1][: len(as_json[1]) // 2],  # truncated
+        "malformed-frame": good[1][:6],  # a frame cut inside its head
+        "column-length": good[3][:-8],  # a frame short of its last block's bytes
         "schema": orjson.dumps({**doc, "rank": "three"}),  # wrong-typed
         "unknown-version": orjson.dumps({**doc, "version": 99}),
         "too-large": good[2] + b" " * MAX_BYTES,  # oversized (valid JSON, too big)
@@ -109,7 +114,9 @@ def test_bad_messages_are_dead_letters_and_good_results_unchanged(
     batches = restarted_halfway(several_jobs(["job-0"], steps=6, origin_ns=time.time_ns()), 3)
     clean = reference_run(batches)
     messages, letters = dirty_stream(
-        [encode_ops(b.batch) for b in batches], [b.batch.steps_done[0][0] for b in batches]
+        [encode_ops(b.batch) for b in batches],
+        [encode_ops(b.batch, version=2) for b in batches],
+        [b.batch.steps_done[0][0] for b in batches],
     )
     prefix = f"b{uuid.uuid4().hex[:10]}"  # topics the broker has never seen
     topic = f"{prefix}.ops"

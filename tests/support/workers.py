@@ -211,7 +211,10 @@ def spread_jobs(n_jobs: int, partitions: int) -> list[str]:
 
 def several_jobs(jobs: list[str], steps: int, origin_ns: int) -> list[ReplayedBatch]:
     """Generated traces of ``jobs`` (each with a different straggler), replayed at once:
-    their batches interleaved in send-time order."""
+    their batches interleaved in send-time order. One message per rank and step (the
+    hooks would put several of these 0.1-s steps in one; the tests that use this count
+    messages per step)."""
+    from rankwatch.schemas.batching import BatchingRule
     from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
     from rankwatch.streams.ops.replay import replay_batches
 
@@ -226,7 +229,7 @@ def several_jobs(jobs: list[str], steps: int, origin_ns: int) -> list[ReplayedBa
             seed=i,
         )
         trace, meta = generate_trace(cfg)
-        out += replay_batches(trace, meta, job, origin_ns)
+        out += replay_batches(trace, meta, job, origin_ns, rule=BatchingRule(window_s=0.0))
     out.sort(key=lambda b: (b.sent_ns, b.batch.job, b.batch.rank))
     return out
 

@@ -1,4 +1,5 @@
-"""Publishing: one message per rank and step, failures spooled or counted, all accounted."""
+"""Publishing: a rank's finished steps in as few messages as the batching rule allows,
+failures spooled or counted, all accounted."""
 
 from __future__ import annotations
 
@@ -59,28 +60,76 @@ def run_steps(rw: RankWatch, steps: range, ops_per_step: int = 3) -> None:
         rw.step_end()
 
 
-def test_one_message_per_step_with_its_record_count() -> None:
+def test_steps_finished_together_leave_together_with_their_record_counts() -> None:
     wire = Wire()
     rw = make(wire)
     run_steps(rw, range(3))
     rw.publisher.step_once(now=0.0)
-    batches = wire.batches()
-    assert [b.steps_done for b in batches] == [((0, 3),), ((1, 3),), ((2, 3),)]
-    assert [b.batch_seq for b in batches] == [0, 1, 2]
-    assert all(set(b.step.tolist()) == {i} for i, b in enumerate(batches))
-    assert batches[0].seq_id.tolist() == [0, 1, 0]
+    assert wire.batches() == []  # held: steps that end together are short ones
+    rw.publisher.step_once(now=0.2)
+    assert wire.batches() == []
+    rw.publisher.step_once(now=0.25)  # the window (0.25 s) is over
+    (batch,) = wire.batches()
+    assert batch.steps_done == ((0, 3), (1, 3), (2, 3))
+    assert batch.step.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert batch.seq_id.tolist() == [0, 1, 0] * 3 and batch.batch_seq == 0
     stats = rw.close()
     assert stats.sent == stats.put == 9 and stats.accounted()
 
 
+def test_long_steps_leave_at_once_short_ones_share_a_message() -> None:
+    wire = Wire()
+    rw = make(wire)
+    for step, now in enumerate([0.0, 1.0, 2.0]):  # 1-s steps: longer than the window
+        run_steps(rw, range(step, step + 1))
+        rw.publisher.step_once(now=now)
+        assert [b.steps_done[0][0] for b in wire.batches()] == list(range(step + 1))
+    for step, now in zip(range(3, 8), [2.05, 2.1, 2.15, 2.2, 2.25], strict=True):  # 50 ms
+        run_steps(rw, range(step, step + 1))
+        rw.publisher.step_once(now=now)
+    assert len(wire.batches()) == 3  # steps 3.. held since 2.05
+    rw.publisher.step_once(now=2.3)
+    assert [s for s, _ in wire.batches()[-1].steps_done] == [3, 4, 5, 6, 7]
+    rw.close()
+
+
+def test_a_held_step_leaves_when_the_next_one_is_late() -> None:
+    """A short step is held for the next one; if the rank's step time grows past the
+    window, what is held leaves as soon as it is due, and the later step at once."""
+    wire = Wire()
+    rw = make(wire, batch_window_s=0.5)
+    for step, now in enumerate([0.0, 0.1, 0.2]):
+        run_steps(rw, range(step, step + 1))
+        rw.publisher.step_once(now=now)
+    assert [b.steps_done for b in wire.batches()] == [((0, 3),)]  # no interval known yet
+    rw.publisher.step_once(now=0.6)  # 0.1 + 0.5
+    assert [b.steps_done for b in wire.batches()][-1] == ((1, 3), (2, 3))
+    run_steps(rw, range(3, 4))
+    rw.publisher.step_once(now=2.0)  # interval 1.8 s > window: at once
+    assert [b.steps_done for b in wire.batches()][-1] == ((3, 3),)
+    rw.close()
+
+
+def test_without_a_window_every_step_leaves_at_once() -> None:
+    wire = Wire()
+    rw = make(wire, batch_window_s=0.0)
+    for step in range(3):
+        run_steps(rw, range(step, step + 1))
+        rw.publisher.step_once(now=0.0)
+    assert [b.steps_done for b in wire.batches()] == [((0, 3),), ((1, 3),), ((2, 3),)]
+    rw.close()
+
+
 def test_a_long_step_is_flushed_in_parts_and_its_end_is_never_empty() -> None:
     wire = Wire()
-    rw = make(wire, flush_interval_s=1.0)
+    rw = make(wire, partial_flush_s=1.0)
     rw.step_begin(0)
     for mb in range(5):
         with rw.op("forward-compute", mb=mb):
             pass
     rw.publisher.step_once(now=0.0)  # first pending records seen
+    rw.publisher.step_once(now=0.5)
+    assert wire.batches() == []
     rw.publisher.step_once(now=2.0)  # interval passed: all but the last record leave
     assert [len(b) for b in wire.batches()] == [4]
     assert wire.batches()[0].steps_done == ()
@@ -99,9 +148,20 @@ def test_big_steps_are_split_into_max_batch_messages() -> None:
     assert [b.steps_done for b in wire.batches()] == [(), (), ((0, 10),)]
 
 
+def test_held_steps_fill_messages_up_to_max_batch() -> None:
+    wire = Wire()
+    rw = make(wire, max_batch=4)
+    run_steps(rw, range(3))  # 9 records held: more than max_batch, so they leave now
+    rw.publisher.step_once(now=0.0)
+    assert [len(b) for b in wire.batches()] == [4, 4, 1]
+    assert [b.steps_done for b in wire.batches()] == [((0, 3),), ((1, 3),), ((2, 3),)]
+    assert [b.step.tolist() for b in wire.batches()] == [[0, 0, 0, 1], [1, 1, 2, 2], [2]]
+    assert rw.close().accounted()
+
+
 def test_outage_spools_and_resends_everything(tmp_path: Path) -> None:
     wire = Wire()
-    rw = make(wire, spool=Spool(tmp_path / "r0.spool"), resend_interval_s=0.0)
+    rw = make(wire, spool=Spool(tmp_path / "r0.spool"), resend_interval_s=0.0, batch_window_s=0.0)
     run_steps(rw, range(2))
     rw.publisher.step_once(now=0.0)
     wire.up = False
@@ -166,7 +226,7 @@ def test_the_thread_flushes_on_step_end() -> None:
     run_steps(rw, range(2))
     stats = rw.close()
     assert stats.sent == 6 and stats.accounted()
-    assert [b.steps_done for b in wire.batches()][-1] == ((1, 3),)
+    assert [s for b in wire.batches() for s in b.steps_done] == [(0, 3), (1, 3)]
 
 
 @pytest.mark.parametrize("enabled", [False])
@@ -227,7 +287,8 @@ def test_ops_from_tp0_keeps_only_the_tp_and_cp_rank_0(
     assert rw is not None
     run_steps(rw, range(2))
     shutdown()
-    assert len(wire.batches()) == (2 if sends else 0)
+    steps = [s for b in wire.batches() for s, _ in b.steps_done]
+    assert steps == ([0, 1] if sends else [])
     assert HooksConfig.from_env({}).sends_ops(replace(IDENT, tp_rank=3))  # default: all
 
 

@@ -16,6 +16,7 @@ from rankwatch.hooks.integrations import (
     timed_batches,
     watch_gc_pauses,
 )
+from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.signals import covered_ns
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.transports import SinkTransport
@@ -43,6 +44,7 @@ def _tracker(sent: list[bytes]) -> RankWatch:
         IDENT,
         SinkTransport(lambda kind, value: sent.append(value) if kind == "ops" else None),
         clock=clock,
+        publisher=PublisherConfig(batch_window_s=0.0),
         start=False,
     )
 

@@ -10,6 +10,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from rankwatch.schemas import columns as cols
+from rankwatch.schemas.frame import FRAME_FIELDS
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
 from rankwatch.schemas.optypes import COLLECTIVE_ALGORITHMS, OPTYPES
 from rankwatch.schemas.registry import KINDS, SCHEMA_DIR, schema, versions
@@ -31,7 +32,8 @@ def _walk(node: Any, path: str = "$") -> Iterator[tuple[str, dict[str, Any]]]:
 def test_every_topic_has_exactly_one_schema_file() -> None:
     on_disk = sorted({p.name.split(".")[0] for p in SCHEMA_DIR.glob("*.schema.json")})
     assert on_disk == sorted(TOPICS)
-    grown = {"ops": (1, 2), "alerts": (1, 2)}  # v2 adds optional fields / enum values
+    # v2 adds optional fields / enum values; ops v3 is the binary frame
+    grown = {"ops": (1, 2, 3), "alerts": (1, 2)}
     assert all(versions(kind) == grown.get(kind, (1,)) for kind in KINDS)
     assert all(topic == f"rankwatch.{kind}" for kind, topic in TOPICS.items())
 
@@ -92,7 +94,7 @@ def test_opbatch_fields_are_the_schema_fields() -> None:
     raw = schema("ops", versions("ops")[-1])
     scalars = [name for name, prop in raw["properties"].items() if prop.get("type") == "integer"]
     strings = [name for name, prop in raw["properties"].items() if prop.get("type") == "string"]
-    assert set(HEADER_FIELDS) == {*scalars, *strings}
+    assert set(HEADER_FIELDS) == {*scalars, *strings} - set(FRAME_FIELDS)
     columns = [spec.name for spec in cols.column_specs(raw)]
     assert [f.name for f in fields(OpBatch)] == [
         *HEADER_FIELDS,
@@ -107,6 +109,7 @@ def test_opbatch_fields_are_the_schema_fields() -> None:
         *cols.GROUPS,
         "steps_done",
         "rank_steps",
+        *FRAME_FIELDS,  # how a frame lays out its columns
     }
 
 

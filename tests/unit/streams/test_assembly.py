@@ -89,6 +89,35 @@ def test_arrival_order_does_not_change_the_step() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_several_steps_in_one_batch_give_the_steps_one_batch_each_gives(shuffled: bool) -> None:
+    """The hooks put short steps in one message, in step order (their records are then
+    views of the message); any order of records gives the same steps."""
+
+    def ops_of(step: int, pp: int) -> list[tuple[int, str, int, float, float]]:
+        return [(s, o, q, t, d * step) for s, o, q, t, d in worker_step(step, pp, 10.0 * step)]
+
+    one = StepAssembler()
+    expected = []
+    for s in (1, 2, 3):
+        for p in (0, 1):
+            expected += one.add(make_batch(ops_of(s, p), pp=p, seq=s, steps_done=[(s, 3)]), 0)
+    together = StepAssembler()
+    closed = []
+    for p in (0, 1):
+        ops = [op for s in (1, 2, 3) for op in ops_of(s, p)]
+        if shuffled:
+            ops = ops[::-1]
+        done = [(s, 3) for s in (1, 2, 3)]
+        closed += together.add(make_batch(ops, pp=p, steps_done=done), now_ns=0)
+    assert [st.step for st in closed] == [st.step for st in expected] == [1, 2, 3]
+    assert len({st.t_base for st in closed}) == 3  # the steps differ
+    for got, want in zip(closed, expected, strict=True):
+        assert (got.start_ns, got.t_base, got.n_ops) == (want.start_ns, want.t_base, want.n_ops)
+        for name in ("step", "rank", "optype", "seq_id", "start_ts", "duration"):
+            np.testing.assert_array_equal(getattr(got.trace, name), getattr(want.trace, name))
+
+
 def test_grace_period_closes_an_incomplete_step_as_partial_naming_the_missing() -> None:
     asm = StepAssembler(AssemblyConfig(grace_s=30))
     asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)

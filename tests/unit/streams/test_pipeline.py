@@ -8,7 +8,7 @@ import numpy as np
 import orjson
 import pytest
 
-from rankwatch.schemas.codec import encode_ops
+from rankwatch.schemas.codec import decode_ops, encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.kit.output import Output, Source
 from rankwatch.streams.ops.analyser import WhatIfAnalyser
@@ -93,7 +93,7 @@ def test_a_late_batch_turns_a_partial_row_into_the_analysed_one_when_configured(
     on_time = {
         r["step"]: r for r in run(Pipeline(analyser=WhatIfAnalyser()), messages).rows["steps"]
     }
-    held = next(i for i, m in enumerate(messages) if set(orjson.loads(m)["ops"]["step"]) == {2})
+    held = next(i for i, m in enumerate(messages) if set(decode_ops(m).step.tolist()) == {2})
     rest = messages[:held] + messages[held + 1 :]
     for late, expect_complete in (("drop", False), ("reanalyse", True)):
         pipeline = Pipeline(

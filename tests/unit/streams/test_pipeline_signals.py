@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from rankwatch.hooks.identity import Identity
-from rankwatch.hooks.records import encode_ops
+from rankwatch.hooks.records import encode_ops, encode_ops_json
 from rankwatch.schemas.codec import decode
 from rankwatch.schemas.examples import T0_NS, rank_step
 from rankwatch.streams.kit.output import Output, Source
@@ -34,9 +34,9 @@ def message(rank: int, step: int, flops: float, version: int = 2) -> bytes:
         gc_ns=0,
         ops=[{"optype": "optimizer", "n": 1, "time_ns": 80 * MS, "flops": flops}],
     )
-    value = encode_ops(
+    value = (encode_ops if version > 1 else encode_ops_json)(
         ident, records, batch_seq=step, sent_ns=t0 + 100 * MS, steps_done=[(step, 1)],
-        rank_steps=[item] if version == 2 else [],
+        rank_steps=[item] if version > 1 else [],
     )  # fmt: skip
     if version == 1:
         value = orjson.dumps({**orjson.loads(value), "version": 1})

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from support.memstore import MemoryStore
 
+from rankwatch.schemas.batching import BatchingRule
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim.tracegen import GenConfig, generate_trace
 from rankwatch.streams.kit.output import Source
@@ -21,7 +22,9 @@ from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
 
 def messages() -> list[bytes]:
     trace, meta = generate_trace(GenConfig(dp=2, pp=2, microbatches=2, steps=6, seed=1))
-    return [encode_ops(b.batch) for b in replay_batches(trace, meta, "j", time.time_ns())]
+    one_per_step = BatchingRule(window_s=0.0)  # one message per rank and step, in step order
+    batches = replay_batches(trace, meta, "j", time.time_ns(), rule=one_per_step)
+    return [encode_ops(b.batch) for b in batches]
 
 
 def consume(state: WorkerState, items: list[tuple[int, bytes]]) -> None:
