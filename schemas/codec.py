@@ -208,7 +208,7 @@ def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = Tr
     rules = _ops_rules(message["version"])
     if not rules.envelope_ok(message):
         _validate(rules.envelope, message)
-    read: dict[str, Any] = {name: message[name] for name in HEADER_FIELDS}
+    read: dict[str, Any] = _header_fields(message)
     groups = {group: message.get(group) or {} for group in cols.GROUPS}
     present = []
     for spec in rules.specs:
@@ -228,9 +228,37 @@ def _batch_from_message(message: Mapping[str, Any], *, bools_possible: bool = Tr
             left = [(spec, values) for spec, values in present if spec.name not in read]
     for spec, values in left:  # in schema order: the first fault found is the one named
         read[spec.name] = cols.read_column(spec, values, bools_possible=bools_possible)
-    steps_done = tuple((d["step"], d["n_ops"]) for d in message.get("steps_done", ()))
     rank_steps = tuple(message.get("rank_steps", ()))
-    return OpBatch(**read, steps_done=steps_done, rank_steps=rank_steps)
+    return OpBatch(**read, steps_done=_steps_done(message), rank_steps=rank_steps)
+
+
+def _whole(value: Any, path: str) -> int:
+    """An integer the schema has checked, as a Python int. JSON Schema counts ``4.0`` as
+    an integer; numpy and the assembly do not, and a float header value would fail
+    far from the message that carried it (a frame's ``records`` crashed the decoder)."""
+    if type(value) is not int:
+        raise InvalidMessage("schema", f"{path}: {value!r} is not an integer")
+    return value
+
+
+def _header_fields(message: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        name: message[name] if name in _TEXT_FIELDS else _whole(message[name], f"$.{name}")
+        for name in HEADER_FIELDS
+    }
+
+
+def _steps_done(message: Mapping[str, Any]) -> tuple[tuple[int, int], ...]:
+    return tuple(
+        (
+            _whole(d["step"], f"$.steps_done[{i}].step"),
+            _whole(d["n_ops"], f"$.steps_done[{i}].n_ops"),
+        )
+        for i, d in enumerate(message.get("steps_done", ()))
+    )
+
+
+_TEXT_FIELDS = frozenset({"job", "host"})
 
 
 # -- op batches as binary frames (ops v3) ------------------------------------------------
@@ -280,6 +308,8 @@ def _encode_frame(batch: OpBatch, version: int, max_bytes: int) -> bytes:
 
 def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBatch:
     _check_size(data, max_bytes)
+    if not isinstance(data, bytes):  # the columns are views of it: never of a buffer the
+        data = bytes(data)  # caller may still change (Kafka hands over bytes: no copy)
     head, start = frame.split(data)
     try:
         header = orjson.loads(head)
@@ -296,12 +326,13 @@ def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBat
     if strings and not how.strings.issuperset(strings):
         unused = sorted(set(strings) - how.strings)
         raise InvalidMessage("schema", f"$.strings: {unused} name no column sent")
-    runs = frame.read_runs(data, start, header["records"], how.plan, how.align)
-    read: dict[str, Any] = {name: header[name] for name in HEADER_FIELDS}
+    records = _whole(header["records"], "$.records")
+    runs = frame.read_runs(data, start, records, how.plan, how.align)
+    read: dict[str, Any] = _header_fields(header)
     for run, names, values in zip(how.plan.runs, how.names, runs, strict=True):
         read.update(zip(names, cols.check_run(run.specs, values, strings), strict=True))
-    steps_done = tuple((d["step"], d["n_ops"]) for d in header.get("steps_done", ()))
-    return OpBatch(**read, steps_done=steps_done, rank_steps=tuple(header.get("rank_steps", ())))
+    rank_steps = tuple(header.get("rank_steps", ()))
+    return OpBatch(**read, steps_done=_steps_done(header), rank_steps=rank_steps)
 
 
 _NO_STRINGS: dict[str, list[str]] = {}

@@ -187,12 +187,14 @@ def read_runs(
             f"{records} records of {how.record_bytes} bytes after a body start at {at}"
             f" take {at + records * how.record_bytes} bytes, not {size}",
         )
+    if any(bytes(memoryview(data)[start:at])):
+        raise InvalidMessage("malformed-frame", f"padding bytes {start}..{at} are not zero")
     out = []
     for run in how.runs:
         k = len(run.specs)
-        out.append(
-            np.frombuffer(data, dtype=run.dtype, count=k * records, offset=at).reshape(k, records)
-        )
+        block = np.frombuffer(data, dtype=run.dtype, count=k * records, offset=at)
+        block.flags.writeable = False  # a bytearray's view would be writable: values checked
+        out.append(block.reshape(k, records))  # once must not change under the reader
         at += k * records * run.dtype.itemsize
     return out
 

@@ -3,8 +3,10 @@ every way a frame is refused (a reason, never a crash)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import hypothesis
 import numpy as np
 import orjson
 import pytest
@@ -203,6 +205,74 @@ def test_bad_header() -> None:
     assert _reason(_frame(_header(colour="red"), _blocks())) == "schema"
     assert _reason(_frame(_header(ops={"step": [1, 2]}), _blocks())) == "schema"
     assert _reason(_frame([1, 2], _blocks())) == "schema"
+
+
+def test_header_numbers_must_be_whole_integers() -> None:
+    """JSON Schema counts 4.0 as an integer: ``records`` of 4.0 once passed every check
+    and crashed ``np.frombuffer`` with a TypeError (a poison message for the worker)."""
+    blocks = _blocks(4)
+    assert _reason(_frame(_header(4, records=4.0), blocks)) == "schema"
+    assert _reason(_frame(_header(4, records=True), blocks)) == "schema"
+    assert _reason(_frame(_header(4, rank=5.0), blocks)) == "schema"
+    assert _reason(_frame(_header(4, steps_done=[{"step": 3.0, "n_ops": 4}]), blocks)) == "schema"
+    json_v2 = {**example("ops", version=2), "rank": 5.0}
+    assert _reason(orjson.dumps(json_v2)) == "schema"
+
+
+_HEADER_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**65), 2**65),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(0, 3), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@hypothesis.example(name="records", value=4.0)
+@given(
+    name=st.sampled_from([*HEADER_FIELDS, "records", "steps_done", "strings"]), value=_HEADER_VALUES
+)
+def test_any_header_value_is_read_or_refused_never_a_crash(name: str, value: Any) -> None:
+    """A header that parses, with one field of any JSON type or size: a batch with that
+    value as given, or InvalidMessage."""
+    header = json.dumps({**_header(4), name: value}).encode()  # orjson stops at 64 bits
+    try:
+        batch = decode_ops(frame.pack(header, _blocks(4), LAYOUT))
+    except InvalidMessage as exc:
+        assert exc.reason in REASONS
+    else:
+        if name in HEADER_FIELDS:
+            assert getattr(batch, name) == value and type(getattr(batch, name)) is type(value)
+
+
+def test_padding_must_be_zero() -> None:
+    header = orjson.dumps(_header(4))
+    good = _frame(_header(4), _blocks(4))
+    start, body = 8 + len(header), -(-(8 + len(header)) // 8) * 8
+    for pad in range(1, 8):  # a header length whose frame has padding
+        padded = orjson.dumps({**_header(4), "job": "j" * pad})
+        if (8 + len(padded)) % 8:
+            header, good = padded, _frame({**_header(4), "job": "j" * pad}, _blocks(4))
+            start, body = 8 + len(header), -(-(8 + len(header)) // 8) * 8
+            break
+    assert body > start, "no header length gave the frame padding"
+    decode_ops(good)
+    dirty = good[:start] + b"\xff" * (body - start) + good[body:]
+    assert _reason(dirty) == "malformed-frame"
+
+
+def test_a_mutable_buffer_is_copied_not_viewed() -> None:
+    """Columns are views of the message; of bytes (what Kafka hands over), never of a
+    buffer the caller may change after the values were checked."""
+    data = bytearray(encode_ops(example_batch(8)))
+    batch = decode_ops(data)
+    before = batch.step.copy()
+    body = 8 + int.from_bytes(data[4:8], "little")
+    data[body:] = b"\xff" * (len(data) - body)
+    np.testing.assert_array_equal(batch.step, before)
 
 
 def test_a_json_document_cannot_claim_the_frame_version() -> None:
