@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.sim.ideal import StepSummary
 from rankwatch.streams.ops.alerts import Alert
 from rankwatch.streams.ops.pipeline import JobHistory
@@ -87,12 +88,7 @@ def history_from(message: dict[str, Any]) -> JobHistory:
         },
         leaders=leaders,
         stored_batches=frozenset((int(r), int(q), int(s)) for r, q, s in message["stored_batches"]),
-        summaries={
-            int(w["step"]): StepSummary(
-                count=_array(w["count"]), total=_array(w["total"]), median=_array(w["median"])
-            )
-            for w in message["window"]
-        },
+        summaries={int(w["step"]): _summary(w) for w in message["window"]},
         last_top=(
             (int(top["step"]), (top["dimension"], top["group"], _number(top["slowdown"])))
             if top is not None
@@ -119,14 +115,30 @@ def step_ranges(steps: list[int]) -> list[list[int]]:
     return out
 
 
+MAX_CLOSED_STEPS = 1 << 20
+"""More closed steps than any assembly remembers (``closed_memory``): a message naming
+more is not a job's state, and expanding it would take the worker's memory."""
+
+
 def steps_of(ranges: list[list[int]]) -> list[int]:
     """The step ids of :func:`step_ranges`'s runs."""
     out: list[int] = []
     for first, last in ranges:
-        if last < first or last - first > 1 << 20:
-            raise ValueError(f"bad step range [{first}, {last}]")
+        if last < first or len(out) + last - first >= MAX_CLOSED_STEPS:
+            raise ValueError(f"bad step range [{first}, {last}] (or over {MAX_CLOSED_STEPS})")
         out.extend(range(first, last + 1))
     return out
+
+
+def _summary(entry: dict[str, Any]) -> StepSummary:
+    """A window step's summary; one value per op type of this worker's vocabulary (a
+    message from a worker with another vocabulary, or a damaged one, is refused here
+    rather than failing the job's next analysis)."""
+    arrays = [_array(entry[key]) for key in ("count", "total", "median")]
+    if any(a.shape != (len(OPTYPES),) for a in arrays):
+        shapes = [a.shape for a in arrays]
+        raise ValueError(f"step {entry['step']}: summaries of shape {shapes}, not {len(OPTYPES)}")
+    return StepSummary(count=arrays[0], total=arrays[1], median=arrays[2])
 
 
 def _alert(message: dict[str, Any]) -> Alert:

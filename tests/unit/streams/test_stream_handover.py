@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,6 +126,25 @@ def test_the_message_carries_the_window_exactly() -> None:
     assert back.stored_batches == history.stored_batches
     assert back.last_top == history.last_top and back.last_top is not None
     assert back.last_alert == history.last_alert
+
+
+def test_a_state_that_cannot_be_the_jobs_is_refused_not_restored() -> None:
+    """Messages the schema lets through but no worker of this version wrote: window
+    summaries of another op vocabulary (a rolling upgrade, or damage) once restored and
+    then failed the job's next analysis; closed steps past any assembly's memory would
+    expand into the worker's memory. Both are ValueError: the store is used instead."""
+    old = pipeline()
+    feed(old, MESSAGES[: len(MESSAGES) // 2])
+    message = state_message("j", old.history("j"))
+    short = {
+        **message,
+        "window": [{**w, "count": w["count"][:-1]} for w in message["window"]],
+    }
+    with pytest.raises(ValueError, match="summaries of shape"):
+        history_from(decode("jobstate", encode("jobstate", short)))
+    huge = {**message, "closed": [[0, 1 << 19], [1 << 20, (1 << 20) + (1 << 19)]]}
+    with pytest.raises(ValueError, match="bad step range"):
+        history_from(decode("jobstate", encode("jobstate", huge)))
 
 
 @given(st.sets(st.integers(0, 10_000), max_size=200))
