@@ -36,6 +36,9 @@ class ChangelogReader:
         self.max_bytes = max_bytes
         self._consumer: AIOKafkaConsumer | None = None
         self._cache: dict[int, dict[bytes, bytes]] = {}
+        self._generation = 0
+        """Bumped by :meth:`forget`: a read that began before it may have missed what the
+        revocation handed over, so it is returned to its caller but never cached."""
         self.partitions_read = 0
         self.records_read = 0
 
@@ -48,6 +51,7 @@ class ChangelogReader:
             return cached
         from aiokafka import TopicPartition
 
+        generation = self._generation
         consumer = await self._started()
         tp = TopicPartition(self.topic, partition)
         consumer.assign([tp])
@@ -65,13 +69,15 @@ class ChangelogReader:
                     found.pop(record.key, None)
                 else:
                     found[record.key] = record.value
-        self._cache[partition] = found
+        if generation == self._generation:
+            self._cache[partition] = found
         self.partitions_read += 1
         log.info("read %s:%d to offset %d: %d keys", self.topic, partition, end, len(found))
         return found
 
     def forget(self, partitions: set[int] | None = None) -> None:
         """Drop the cache of ``partitions`` (all: None), revoked from this worker."""
+        self._generation += 1
         if partitions is None:
             self._cache.clear()
         for p in partitions or ():

@@ -1,0 +1,88 @@
+"""The jobstate reader's cache across a revocation (the broker side is covered by
+tests/integration/test_worker_rebalance.py; here a stand-in consumer holds a read open
+while the partition is revoked)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from rankwatch.streams.kit.changelog import ChangelogReader
+
+
+@dataclass
+class Record:
+    offset: int
+    key: bytes
+    value: bytes
+
+
+@dataclass
+class SlowConsumer:
+    """One partition's log; reads wait for ``gate``, as a slow broker's fetch does."""
+
+    log: list[Record] = field(default_factory=list)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    at: int = 0
+
+    def assign(self, partitions: Any) -> None:
+        pass
+
+    async def seek_to_beginning(self, partition: Any) -> None:
+        self.at = 0
+
+    async def end_offsets(self, partitions: Any) -> dict[Any, int]:
+        return {partitions[0]: len(self.log)}
+
+    async def position(self, partition: Any) -> int:
+        return self.at
+
+    async def getmany(self, partition: Any, timeout_ms: int) -> dict[Any, list[Record]]:
+        await self.gate.wait()
+        records, self.at = self.log[self.at :], len(self.log)
+        return {partition: records}
+
+
+def test_a_read_that_spans_a_revocation_is_not_cached() -> None:
+    """The revocation handed the job over (a newer state) while a read of the partition
+    was in flight: the next assignment must read the partition again, not the old read."""
+
+    async def run() -> tuple[bytes, bytes]:
+        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
+        consumer = SlowConsumer([Record(0, b"job", b"before")])
+
+        async def started() -> SlowConsumer:
+            return consumer
+
+        reader._started = started  # type: ignore[method-assign]
+        read = asyncio.create_task(reader.latest(0))
+        await asyncio.sleep(0)
+        consumer.log.append(Record(1, b"job", b"handed over"))
+        reader.forget()
+        consumer.gate.set()
+        first = (await read)[b"job"]
+        return first, (await reader.latest(0))[b"job"]
+
+    first, again = asyncio.run(run())
+    assert first == b"before"  # what the read saw, to the end offset it started with
+    assert again == b"handed over"
+
+
+def test_reads_are_cached_until_forgotten() -> None:
+    async def run() -> int:
+        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
+        consumer = SlowConsumer([Record(0, b"job", b"s")])
+        consumer.gate.set()
+
+        async def started() -> SlowConsumer:
+            return consumer
+
+        reader._started = started  # type: ignore[method-assign]
+        await reader.latest(0)
+        await reader.latest(0)
+        reader.forget({0})
+        await reader.latest(0)
+        return reader.partitions_read
+
+    assert asyncio.run(run()) == 2
