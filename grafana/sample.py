@@ -110,9 +110,10 @@ def _stall(
         message = _heartbeat(job, hosts, rank, now, since, optype, step)
         out.extend(service.on_heartbeat(message, src, now))
 
+    dumped = t0 + NS  # each rank's watchdog, once its op has been in flight a while
     for rank in range(WORLD):
         frames = CULPRIT_FRAMES if rank == culprit else WAITER_FRAMES
-        out.extend(service.on_stacks(_stacks(job, hosts, rank, t0, frames), src, t0))
+        out.extend(service.on_stacks(_stacks(job, hosts, rank, dumped, frames), src, dumped))
     for second in range(1, 9):
         now = t0 + second * NS
         for rank in range(WORLD):

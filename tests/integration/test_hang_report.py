@@ -40,7 +40,7 @@ def heartbeat(rank: int, since_ns: int, optype: str) -> bytes:
     )
 
 
-def stacks(rank: int, function: str) -> bytes:
+def stacks(rank: int, function: str, sent_ns: int) -> bytes:
     frames = [
         {"file": "train.py", "line": 5, "function": "main"},
         {"file": "train.py", "line": 9, "function": function},
@@ -53,7 +53,7 @@ def stacks(rank: int, function: str) -> bytes:
             "job": "j",
             "host": f"node{rank // 2}",
             "rank": rank,
-            "sent_ns": 1,
+            "sent_ns": sent_ns,
             "reason": "in flight 120 s",
             "threads": [{"name": "MainThread", "thread_id": 7, "native": False, "frames": frames}],
         },
@@ -69,7 +69,7 @@ def test_report_names_the_culprit_and_prints_folded_stacks(
     for r in range(4):
         out.extend(svc.on_heartbeat(heartbeat(r, t0, "forward-compute"), Source("hb"), t0))
     for r in (0, 1, 3):
-        out.extend(svc.on_stacks(stacks(r, "all_reduce"), Source("st"), t0 + NS))
+        out.extend(svc.on_stacks(stacks(r, "all_reduce", t0 + NS), Source("st"), t0 + NS))
     for s in range(1, 10):  # rank 2 stopped
         now = t0 + s * NS
         for r in (0, 1, 3):
