@@ -74,6 +74,9 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--continuity", type=int, metavar="WINDOWS", help="[minder] continuity")
     worker.add_argument("--threshold", type=float, help="[minder] threshold")
     worker.add_argument(
+        "--scoring", choices=("residual", "pairwise"), help="[minder] scoring (docs/minder.md)"
+    )
+    worker.add_argument(
         "--status-file", help="health file written every tick ([minder] status_file)"
     )
     worker.add_argument("--loglevel", default="info")
@@ -251,6 +254,7 @@ def _worker(args: argparse.Namespace) -> int:
         "minder.window_s": args.window,
         "minder.continuity": args.continuity,
         "minder.threshold": args.threshold,
+        "minder.scoring": args.scoring,
         "minder.status_file": args.status_file,
     }
     config = with_flags(load_config(args.config), flags)
@@ -263,6 +267,7 @@ def _worker(args: argparse.Namespace) -> int:
             stride_s=minder.window_s,
             continuity=minder.continuity,
             threshold=minder.threshold,
+            scoring=minder.scoring,
         ),
         model_path=minder.model,
     )

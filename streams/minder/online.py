@@ -37,8 +37,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rankwatch.schemas.tables import table_row
-from rankwatch.streams.minder.detector import MinderConfig, MinderModel, metric_scores
+from rankwatch.streams.minder.detector import FUSED, MinderConfig, MinderModel, metric_scores
 from rankwatch.streams.minder.grid import align_on_times
+from rankwatch.streams.minder.peers import peer_deviation
+from rankwatch.streams.minder.residual import LiveBaselines, window_summaries
 
 NS = 1_000_000_000
 # Below these levels a metric counts as idle: its bound never drops under them, so
@@ -56,6 +58,10 @@ IDLE_LEVELS = (
     (re.compile(r"_ps$|_pps$"), 10.0),  # events per second
     (re.compile(r"bytes$"), 1e6),
 )
+
+
+FUSED_ROW = "fused"
+"""The ``machine_scores`` metric of a host's fused residual score."""
 
 
 def covers(times: NDArray[np.int64], grid: NDArray[np.int64], max_age: int) -> bool:
@@ -85,6 +91,25 @@ class OnlineConfig:
     max_gap_s: int = 5
     """A host's sample stands for the grid points up to this long after it; a point
     with no sample that recent is missing and the host sits the window out."""
+    scoring: str = "residual"
+    """"residual": each host's peer residual against its own usual one, learnt from the
+    stream, fused over metrics (``docs/minder.md``, "Residual scoring on the live
+    stream"); "pairwise": the paper's per-metric score, first confirming metric names
+    the host."""
+    fuse_metrics: int = 0
+    """Residual scoring: how many metrics in priority order are fused (0: all)."""
+    single_threshold: float = 0.0
+    """Residual scoring: a host is also a candidate when one metric alone scores above
+    this (0: never; only the fused mean counts)."""
+    warmup: int = 4
+    """Residual scoring: admitted windows before a host is scored in a metric."""
+    lag: int = 2
+    """Residual scoring: windows before a window's summary may enter the baseline."""
+    history: int = 32
+    """Residual scoring: admitted windows kept per host and metric."""
+    normalise: bool = True
+    """Scale each metric by the typical host's level (at least its idle level); False
+    for values already in [0, 1] (a replayed labelled group)."""
 
 
 @dataclass
@@ -115,6 +140,9 @@ class JobMonitor:
         self.next_end_ns: int | None = None
         self.newest_ns = 0
         self.late = 0
+        self.baselines = LiveBaselines(
+            history=config.history, warmup=config.warmup, lag=config.lag, floor=config.floor
+        )
 
     def add(self, host: str, ts_ns: int, metrics: Mapping[str, float]) -> None:
         if self.next_end_ns is not None and ts_ns < self.next_end_ns - self.config.window_s * NS:
@@ -169,6 +197,8 @@ class JobMonitor:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a metric missing everywhere
             typical = np.nan_to_num(np.nanmax(np.nanmedian(x, axis=0), axis=0))  # (K,)
+        if not self.config.normalise:
+            return hosts, metrics, x
         high = np.maximum(typical, [idle_level(k) for k in metrics])
         return hosts, metrics, np.clip(x / high, 0.0, 1.0)
 
@@ -190,6 +220,11 @@ class JobMonitor:
             return
         hosts, metrics, x = window
         model = self._model_for(metrics)
+        if self.config.scoring == "residual":
+            self._evaluate_residual(end_ns, hosts, metrics, model, x, out)
+            return
+        if self.config.scoring != "pairwise":
+            raise ValueError(f"unknown scoring {self.config.scoring!r}")
         cfg = self.config
         detector = MinderConfig(window=cfg.window_s, stride=cfg.window_s, floor=cfg.floor)
         scores = metric_scores(x, model, detector)[:, 0, :]  # (K, M)
@@ -215,6 +250,66 @@ class JobMonitor:
                     ),
                 )  # fmt: skip
         self._episodes(named, set(hosts), end_ns, out)
+
+    def _evaluate_residual(
+        self,
+        end_ns: int,
+        hosts: list[str],
+        metrics: list[str],
+        model: MinderModel,
+        x_MTK: np.ndarray,
+        out: MonitorOutput,
+    ) -> None:
+        """Residual scoring: per host and metric, the RMS over the window of its peer
+        residual standardised by its own baseline; the host's fused score is the mean
+        over the fused metrics it is warm in."""
+        cfg, base = self.config, self.baselines
+        r_MTK = np.stack([peer_deviation(x_MTK[:, :, k]) for k in range(len(metrics))], axis=2)
+        med_MK, mad_MK = window_summaries(r_MTK)
+        order = model.order()
+        fused_k = set(order[: cfg.fuse_metrics] if cfg.fuse_metrics else order)
+        threshold = model.thresholds.get(FUSED, cfg.threshold)
+        named: dict[str, tuple[str, float]] = {}
+        candidates: set[str] = set()
+        summaries: dict[str, dict[str, tuple[float, float]]] = {}
+        for m, host in enumerate(hosts):
+            summaries[host] = {
+                metrics[k]: (float(med_MK[m, k]), float(mad_MK[m, k]))
+                for k in range(len(metrics))
+                if np.isfinite(med_MK[m, k])
+            }
+            scored: dict[int, float] = {}
+            for k in sorted(fused_k):
+                known = base.baseline(host, metrics[k])
+                if known is None or not np.isfinite(med_MK[m, k]):
+                    continue  # warming up in this metric, or the host lacks it
+                z = (r_MTK[m, :, k] - known[0]) / known[1]
+                scored[k] = float(np.sqrt(np.mean(z * z)))
+            if not scored:
+                continue  # not scored in this window: its continuity count stays
+            fused = float(np.mean(list(scored.values())))
+            top = max(scored, key=lambda k: scored[k])
+            hit = fused > threshold or (0 < cfg.single_threshold < scored[top])
+            run = self.runs.get((FUSED, host), 0) + 1 if hit else 0
+            self.runs[(FUSED, host)] = run
+            if hit:
+                candidates.add(host)
+            if run >= cfg.continuity:
+                named[host] = (metrics[top], fused)
+            for k, score in ((k, scored[k]) for k in sorted(scored)):
+                out.add("machine_scores", self._score_row(host, end_ns, metrics[k], score, hit))
+            out.add("machine_scores", self._score_row(host, end_ns, FUSED_ROW, fused, hit))
+        self._episodes(named, set(hosts), end_ns, out)
+        index = end_ns // (cfg.stride_s * NS)
+        base.observe(index, summaries, candidates, set(self.episodes))
+
+    def _score_row(
+        self, host: str, end_ns: int, metric: str, score: float, hit: bool
+    ) -> dict[str, Any]:
+        return table_row(
+            "machine_scores", job=self.job, host=host, time=end_ns,
+            metric=metric, score=score, candidate=int(hit),
+        )  # fmt: skip
 
     def _episodes(
         self,
@@ -260,10 +355,17 @@ class JobMonitor:
         )
 
     def _alert(self, ep: Episode, now_ns: int, firing: bool, gone: bool = False) -> dict[str, Any]:
-        summary = (
-            f"machine {ep.host} of job {self.job} drifts from the others in {ep.metric} "
-            f"(score {ep.score:.1f}) since {self.config.continuity} windows"
-        )
+        if self.config.scoring == "residual":
+            summary = (
+                f"machine {ep.host} of job {self.job} has left its usual place among the "
+                f"others (score {ep.score:.1f} over its metrics, most in {ep.metric}) "
+                f"since {self.config.continuity} windows"
+            )
+        else:
+            summary = (
+                f"machine {ep.host} of job {self.job} drifts from the others in {ep.metric} "
+                f"(score {ep.score:.1f}) since {self.config.continuity} windows"
+            )
         return {
             "schema": "alerts",
             "version": 1,

@@ -31,7 +31,8 @@ Legend: M machines, T grid points, K metrics, N windows.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -87,3 +88,108 @@ def fuse(scores_KNM: F64, metrics_k: list[int]) -> F64:
     if not metrics_k:
         return np.full(scores_KNM.shape[1:], np.nan)
     return np.asarray(scores_KNM[metrics_k].mean(axis=0))
+
+
+@dataclass
+class LiveBaselines:
+    """Each host's usual peer residual per metric, learnt from the stream itself
+    (``docs/minder.md``, "Residual scoring on the live stream").
+
+    Per (host, metric) a ring of the last ``history`` *admitted* window summaries: the
+    window's median peer residual and the median absolute deviation around it inside
+    the window. The usual level is the median of the window medians; the spread
+    combines the spread between windows (1.4826 x MAD of the medians) and inside them
+    (1.4826 x the median of the in-window MADs), at least ``floor``. Memory is bounded:
+    2 x ``history`` floats per (host, metric).
+
+    A window's summary enters the ring ``lag`` windows late, and only if the host was
+    not a candidate in it and has no open episode when it comes due; a host that
+    becomes a candidate loses its pending summaries. So a fault, and the drift that
+    led into it, never become the yardstick it is measured by. A (host, metric) is
+    scored only once ``warmup`` summaries are in: a host that joins late gets its own
+    warm-up.
+    """
+
+    history: int = 32
+    warmup: int = 4
+    lag: int = 2
+    floor: float = 0.02
+    rings: dict[str, dict[str, tuple[list[float], list[float]]]] = field(default_factory=dict)
+    """host -> metric -> (window medians, in-window MADs), oldest first."""
+    pending: dict[str, list[tuple[int, dict[str, tuple[float, float]]]]] = field(
+        default_factory=dict
+    )
+    """host -> (window index, metric -> (median, MAD)) not yet admitted, oldest first."""
+    last_seen: dict[str, int] = field(default_factory=dict)
+    """host -> index of the last window it was summarised in."""
+
+    def baseline(self, host: str, metric: str) -> tuple[float, float] | None:
+        """(level, spread) of the host's peer residual in ``metric``; None while it
+        warms up."""
+        ring = self.rings.get(host, {}).get(metric)
+        if ring is None or len(ring[0]) < self.warmup:
+            return None
+        meds, mads = np.asarray(ring[0]), np.asarray(ring[1])
+        loc = float(np.median(meds))
+        between = 1.4826 * float(np.median(np.abs(meds - loc)))
+        within = 1.4826 * float(np.median(mads))
+        return loc, max(float(np.hypot(between, within)), self.floor)
+
+    def observe(
+        self,
+        index: int,
+        summaries: dict[str, dict[str, tuple[float, float]]],
+        candidates: set[str],
+        in_episode: set[str],
+    ) -> None:
+        """Window ``index`` was scored: queue its summaries (host -> metric -> (median,
+        MAD)), drop those of its candidates, admit the ones ``lag`` windows old."""
+        for host, per_metric in summaries.items():
+            self.last_seen[host] = index
+            queue = self.pending.setdefault(host, [])
+            if host in candidates:
+                queue.clear()  # the onset of a possible fault: never a yardstick
+                continue
+            queue.append((index, per_metric))
+        for host, queue in self.pending.items():
+            while queue and queue[0][0] <= index - self.lag:
+                _, per_metric = queue.pop(0)
+                if host in in_episode or host in candidates:
+                    continue
+                rings = self.rings.setdefault(host, {})
+                for metric, (med, mad) in per_metric.items():
+                    meds, mads = rings.setdefault(metric, ([], []))
+                    meds.append(med)
+                    mads.append(mad)
+                    del meds[: -self.history], mads[: -self.history]
+        for host in [h for h, i in self.last_seen.items() if i < index - self.history]:
+            # gone for a whole history: a host that comes back warms up again
+            self.rings.pop(host, None), self.pending.pop(host, None), self.last_seen.pop(host)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "rings": {h: {k: [a, b] for k, (a, b) in r.items()} for h, r in self.rings.items()},
+            "pending": {h: [[i, s] for i, s in q] for h, q in self.pending.items()},
+            "last_seen": dict(self.last_seen),
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.rings = {
+            h: {k: (list(map(float, a)), list(map(float, b))) for k, (a, b) in r.items()}
+            for h, r in state["rings"].items()
+        }
+        self.pending = {
+            h: [(int(i), {k: (float(v[0]), float(v[1])) for k, v in s.items()}) for i, s in q]
+            for h, q in state["pending"].items()
+        }
+        self.last_seen = {h: int(i) for h, i in state["last_seen"].items()}
+
+
+def window_summaries(r_MTK: F64) -> tuple[F64, F64]:
+    """(M, K) each: per host and metric, the window's median peer residual and the
+    median absolute deviation around it (NaN where a point is missing)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: a metric a host lacks
+        med = np.median(r_MTK, axis=1)
+        mad = np.median(np.abs(r_MTK - med[:, None, :]), axis=1)
+    return np.asarray(med), np.asarray(mad)
