@@ -266,42 +266,38 @@ class JobMonitor:
         cfg, base = self.config, self.baselines
         r_MTK = np.stack([peer_deviation(x_MTK[:, :, k]) for k in range(len(metrics))], axis=2)
         med_MK, mad_MK = window_summaries(r_MTK)
+        loc_MK, scale_MK = base.levels(hosts, metrics)
         order = model.order()
-        fused_k = set(order[: cfg.fuse_metrics] if cfg.fuse_metrics else order)
+        fused_k = np.array(sorted(order[: cfg.fuse_metrics] if cfg.fuse_metrics else order))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NaN: warming up, or lacking
+            z = (r_MTK - loc_MK[:, None, :]) / scale_MK[:, None, :]
+            s_MK = np.sqrt(np.mean(z * z, axis=1))[:, fused_k]  # NaN where not scored
+            fused_M = np.nanmean(s_MK, axis=1)  # over the metrics each host is warm in
         threshold = model.thresholds.get(FUSED, cfg.threshold)
+        top_M = np.argmax(np.nan_to_num(s_MK, nan=-np.inf), axis=1)
         named: dict[str, tuple[str, float]] = {}
         candidates: set[str] = set()
-        summaries: dict[str, dict[str, tuple[float, float]]] = {}
         for m, host in enumerate(hosts):
-            summaries[host] = {
-                metrics[k]: (float(med_MK[m, k]), float(mad_MK[m, k]))
-                for k in range(len(metrics))
-                if np.isfinite(med_MK[m, k])
-            }
-            scored: dict[int, float] = {}
-            for k in sorted(fused_k):
-                known = base.baseline(host, metrics[k])
-                if known is None or not np.isfinite(med_MK[m, k]):
-                    continue  # warming up in this metric, or the host lacks it
-                z = (r_MTK[m, :, k] - known[0]) / known[1]
-                scored[k] = float(np.sqrt(np.mean(z * z)))
-            if not scored:
+            fused = float(fused_M[m])
+            if not np.isfinite(fused):
                 continue  # not scored in this window: its continuity count stays
-            fused = float(np.mean(list(scored.values())))
-            top = max(scored, key=lambda k: scored[k])
-            hit = fused > threshold or (0 < cfg.single_threshold < scored[top])
+            top = float(s_MK[m, top_M[m]])
+            hit = fused > threshold or (0 < cfg.single_threshold < top)
             run = self.runs.get((FUSED, host), 0) + 1 if hit else 0
             self.runs[(FUSED, host)] = run
             if hit:
                 candidates.add(host)
             if run >= cfg.continuity:
-                named[host] = (metrics[top], fused)
-            for k, score in ((k, scored[k]) for k in sorted(scored)):
-                out.add("machine_scores", self._score_row(host, end_ns, metrics[k], score, hit))
+                named[host] = (metrics[int(fused_k[top_M[m]])], fused)
+            for i, k in enumerate(fused_k):
+                if np.isfinite(s_MK[m, i]):
+                    row = self._score_row(host, end_ns, metrics[k], float(s_MK[m, i]), hit)
+                    out.add("machine_scores", row)
             out.add("machine_scores", self._score_row(host, end_ns, FUSED_ROW, fused, hit))
         self._episodes(named, set(hosts), end_ns, out)
         index = end_ns // (cfg.stride_s * NS)
-        base.observe(index, summaries, candidates, set(self.episodes))
+        base.observe(index, hosts, metrics, med_MK, mad_MK, candidates, set(self.episodes))
 
     def _score_row(
         self, host: str, end_ns: int, metric: str, score: float, hit: bool

@@ -30,6 +30,7 @@ Legend: M machines, T grid points, K metrics, N windows.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,98 +92,167 @@ def fuse(scores_KNM: F64, metrics_k: list[int]) -> F64:
 
 
 @dataclass
+class HostRing:
+    """One host's last admitted window summaries: rows oldest first, one column per
+    metric it has reported (NaN where a window lacked that metric)."""
+
+    metrics: list[str]
+    meds: F64
+    """(rows, K) each window's median peer residual."""
+    mads: F64
+    """(rows, K) the median absolute deviation around it inside the window."""
+
+    def columns(self, metrics: list[str]) -> NDArray[np.int64]:
+        """Column of each of ``metrics``, adding a NaN column for a metric never seen."""
+        for name in metrics:
+            if name not in self.metrics:
+                self.metrics.append(name)
+                pad = np.full((self.meds.shape[0], 1), np.nan)
+                self.meds, self.mads = np.hstack([self.meds, pad]), np.hstack([self.mads, pad])
+        return np.array([self.metrics.index(n) for n in metrics], dtype=np.int64)
+
+
+@dataclass
 class LiveBaselines:
     """Each host's usual peer residual per metric, learnt from the stream itself
     (``docs/minder.md``, "Residual scoring on the live stream").
 
-    Per (host, metric) a ring of the last ``history`` *admitted* window summaries: the
-    window's median peer residual and the median absolute deviation around it inside
-    the window. The usual level is the median of the window medians; the spread
+    Per host a ring of its last ``history`` *admitted* window summaries, per metric:
+    the window's median peer residual and the median absolute deviation around it
+    inside the window. The usual level is the median of the window medians; the spread
     combines the spread between windows (1.4826 x MAD of the medians) and inside them
     (1.4826 x the median of the in-window MADs), at least ``floor``. Memory is bounded:
-    2 x ``history`` floats per (host, metric).
+    2 x ``history`` floats per (host, metric), plus ``lag`` pending windows.
 
     A window's summary enters the ring ``lag`` windows late, and only if the host was
     not a candidate in it and has no open episode when it comes due; a host that
     becomes a candidate loses its pending summaries. So a fault, and the drift that
     led into it, never become the yardstick it is measured by. A (host, metric) is
     scored only once ``warmup`` summaries are in: a host that joins late gets its own
-    warm-up.
+    warm-up. A host not seen for ``history`` windows is forgotten (it warms up again).
     """
 
     history: int = 32
     warmup: int = 4
     lag: int = 2
     floor: float = 0.02
-    rings: dict[str, dict[str, tuple[list[float], list[float]]]] = field(default_factory=dict)
-    """host -> metric -> (window medians, in-window MADs), oldest first."""
-    pending: dict[str, list[tuple[int, dict[str, tuple[float, float]]]]] = field(
+    rings: dict[str, HostRing] = field(default_factory=dict)
+    pending: dict[str, list[tuple[int, list[str], list[float], list[float]]]] = field(
         default_factory=dict
     )
-    """host -> (window index, metric -> (median, MAD)) not yet admitted, oldest first."""
+    """host -> (window index, metrics, medians, MADs) not yet admitted, oldest first."""
     last_seen: dict[str, int] = field(default_factory=dict)
     """host -> index of the last window it was summarised in."""
 
-    def baseline(self, host: str, metric: str) -> tuple[float, float] | None:
-        """(level, spread) of the host's peer residual in ``metric``; None while it
-        warms up."""
-        ring = self.rings.get(host, {}).get(metric)
-        if ring is None or len(ring[0]) < self.warmup:
-            return None
-        meds, mads = np.asarray(ring[0]), np.asarray(ring[1])
-        loc = float(np.median(meds))
-        between = 1.4826 * float(np.median(np.abs(meds - loc)))
-        within = 1.4826 * float(np.median(mads))
-        return loc, max(float(np.hypot(between, within)), self.floor)
+    def levels(self, hosts: list[str], metrics: list[str]) -> tuple[F64, F64]:
+        """(M, K) each: every host's usual level and spread of its peer residual per
+        metric; NaN where it still warms up."""
+        m, k = len(hosts), len(metrics)
+        meds = np.full((m, self.history, k), np.nan)
+        mads = np.full((m, self.history, k), np.nan)
+        for i, host in enumerate(hosts):
+            ring = self.rings.get(host)
+            if ring is None:
+                continue
+            cols = ring.columns(metrics)
+            rows = ring.meds.shape[0]
+            meds[i, :rows] = ring.meds[:, cols]
+            mads[i, :rows] = ring.mads[:, cols]
+        warm = (~np.isnan(meds)).sum(axis=1) >= max(self.warmup, 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: still warming up
+            loc = np.nanmedian(meds, axis=1)
+            between = 1.4826 * np.nanmedian(np.abs(meds - loc[:, None, :]), axis=1)
+            within = 1.4826 * np.nanmedian(mads, axis=1)
+        scale = np.maximum(np.hypot(between, within), self.floor)
+        return np.where(warm, loc, np.nan), np.where(warm, scale, np.nan)
 
     def observe(
         self,
         index: int,
-        summaries: dict[str, dict[str, tuple[float, float]]],
+        hosts: list[str],
+        metrics: list[str],
+        med_MK: F64,
+        mad_MK: F64,
         candidates: set[str],
         in_episode: set[str],
     ) -> None:
-        """Window ``index`` was scored: queue its summaries (host -> metric -> (median,
-        MAD)), drop those of its candidates, admit the ones ``lag`` windows old."""
-        for host, per_metric in summaries.items():
+        """Window ``index`` was scored: queue its summaries, drop those of its
+        candidates, admit the ones ``lag`` windows old."""
+        for i, host in enumerate(hosts):
             self.last_seen[host] = index
             queue = self.pending.setdefault(host, [])
             if host in candidates:
                 queue.clear()  # the onset of a possible fault: never a yardstick
                 continue
-            queue.append((index, per_metric))
+            queue.append((index, list(metrics), med_MK[i].tolist(), mad_MK[i].tolist()))
         for host, queue in self.pending.items():
             while queue and queue[0][0] <= index - self.lag:
-                _, per_metric = queue.pop(0)
-                if host in in_episode or host in candidates:
-                    continue
-                rings = self.rings.setdefault(host, {})
-                for metric, (med, mad) in per_metric.items():
-                    meds, mads = rings.setdefault(metric, ([], []))
-                    meds.append(med)
-                    mads.append(mad)
-                    del meds[: -self.history], mads[: -self.history]
+                _, names, med, mad = queue.pop(0)
+                if host not in in_episode and host not in candidates:
+                    self._admit(host, names, med, mad)
         for host in [h for h, i in self.last_seen.items() if i < index - self.history]:
-            # gone for a whole history: a host that comes back warms up again
             self.rings.pop(host, None), self.pending.pop(host, None), self.last_seen.pop(host)
 
+    def _admit(self, host: str, names: list[str], med: list[float], mad: list[float]) -> None:
+        ring = self.rings.setdefault(host, HostRing([], np.zeros((0, 0)), np.zeros((0, 0))))
+        cols = ring.columns(names)
+        row_med = np.full((1, len(ring.metrics)), np.nan)
+        row_mad = np.full((1, len(ring.metrics)), np.nan)
+        row_med[0, cols], row_mad[0, cols] = med, mad
+        ring.meds = np.vstack([ring.meds, row_med])[-self.history :]
+        ring.mads = np.vstack([ring.mads, row_mad])[-self.history :]
+
     def to_state(self) -> dict[str, Any]:
+        """JSON-ready (NaN as None)."""
         return {
-            "rings": {h: {k: [a, b] for k, (a, b) in r.items()} for h, r in self.rings.items()},
-            "pending": {h: [[i, s] for i, s in q] for h, q in self.pending.items()},
+            "rings": {
+                h: {"metrics": r.metrics, "meds": _nulls(r.meds), "mads": _nulls(r.mads)}
+                for h, r in self.rings.items()
+            },
+            "pending": {
+                h: [
+                    [i, names, _nulls(np.asarray(med)), _nulls(np.asarray(mad))]
+                    for i, names, med, mad in q
+                ]
+                for h, q in self.pending.items()
+            },
             "last_seen": dict(self.last_seen),
         }
 
     def restore(self, state: dict[str, Any]) -> None:
         self.rings = {
-            h: {k: (list(map(float, a)), list(map(float, b))) for k, (a, b) in r.items()}
+            h: HostRing(
+                list(r["metrics"]),
+                _floats(r["meds"]).reshape(len(r["meds"]), len(r["metrics"])),
+                _floats(r["mads"]).reshape(len(r["mads"]), len(r["metrics"])),
+            )
             for h, r in state["rings"].items()
         }
         self.pending = {
-            h: [(int(i), {k: (float(v[0]), float(v[1])) for k, v in s.items()}) for i, s in q]
+            h: [
+                (int(i), list(names), _floats(med).tolist(), _floats(mad).tolist())
+                for i, names, med, mad in q
+            ]
             for h, q in state["pending"].items()
         }
         self.last_seen = {h: int(i) for h, i in state["last_seen"].items()}
+
+
+def _nulls(a: NDArray[np.floating]) -> list[Any]:
+    """An array as nested lists, NaN as None (JSON has no NaN)."""
+    out: list[Any] = np.asarray(a, dtype=object).tolist()
+    return _none_for_nan(out)
+
+
+def _none_for_nan(x: Any) -> Any:
+    if isinstance(x, list):
+        return [_none_for_nan(v) for v in x]
+    return None if isinstance(x, float) and math.isnan(x) else x
+
+
+def _floats(a: list[Any]) -> F64:
+    return np.array(a, dtype=np.float64)  # None -> NaN
 
 
 def window_summaries(r_MTK: F64) -> tuple[F64, F64]:
