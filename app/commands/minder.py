@@ -59,6 +59,12 @@ def register(subparsers: Any) -> None:
         "alarms per machine-day there (default: by window F1)",
     )
     evaluate.add_argument(
+        "--live",
+        action="store_true",
+        help="with --holdout/--rotate: also replay the group through the live monitor "
+        "(residual scoring, baselines learnt from the stream) and score it like the others",
+    )
+    evaluate.add_argument(
         "--minutes-per-point", type=float, default=5.0, help="sampling step (ASD: 5 minutes)"
     )
     detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
@@ -158,9 +164,9 @@ def _eval(args: argparse.Namespace) -> int:
         raise UserError("--holdout and --rotate exclude each other")
     if args.holdout or args.rotate:
         return _holdout(args, cfg)
-    if args.fa_budget is not None:
+    if args.fa_budget is not None or args.live:
         raise UserError(
-            "--fa-budget picks settings on development servers: add --holdout or --rotate"
+            "--fa-budget and --live pick settings on development servers: add --holdout or --rotate"
         )
     try:
         out = evaluate_dir(args.dir, cfg)
@@ -188,9 +194,11 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
     held = [s.strip() for s in args.holdout.split(",") if s.strip()]
     try:
         if args.rotate:
-            out = rotation_dir(args.dir, cfg, args.minutes_per_point, args.fa_budget)
+            out = rotation_dir(args.dir, cfg, args.minutes_per_point, args.fa_budget, args.live)
         else:
-            out = holdout_dir(args.dir, held, cfg, args.minutes_per_point, args.fa_budget)
+            out = holdout_dir(
+                args.dir, held, cfg, args.minutes_per_point, args.fa_budget, args.live
+            )
     except GroupFileError as exc:
         raise UserError(str(exc)) from exc
     if args.format == "json":
@@ -204,7 +212,9 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             "settings: most segments found on the development servers with at most "
             f"{args.fa_budget:g} false alarms per machine-day there"
         )
-    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
+    for name in ("minder", "minder_peer", "minder_fused", "minder_live", "baseline"):
+        if name not in out:
+            continue
         r = out[name]["held_out"]
         print(
             f"{name:12s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "
@@ -212,6 +222,18 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             f"detect median {r['detect_minutes_median']} min  "
             f"false alarms/machine-day {r['false_alarms_per_machine_day']}"
         )
+    print("against the baseline (95% intervals, paired bootstrap over server-days):")
+    for pair, c in out["comparisons"].items():
+        parts = [
+            f"{label} {c[key]['difference']:+g} [{c[key]['ci95'][0]:+g}, {c[key]['ci95'][1]:+g}]"
+            for key, label in (
+                ("segments_detected", "segments"),
+                ("detect_minutes_median", "median minutes"),
+                ("false_alarms_per_machine_day", "false alarms/machine-day"),
+            )
+        ]
+        verdict = "clear on all three" if c["clear_on_all_three"] else "not clear on all three"
+        print(f"  {pair.removesuffix('_vs_baseline'):12s} {'; '.join(parts)} ({verdict})")
     return 0
 
 

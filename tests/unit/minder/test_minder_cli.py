@@ -86,3 +86,31 @@ def test_rotate_holds_out_each_server_in_turn(
     plain = ["minder", "eval", str(group), "--fa-budget", "1", "--epochs", "1"]
     assert main(plain) == 2
     assert "add --holdout or --rotate" in capsys.readouterr().err
+
+
+def test_holdout_with_the_live_monitor_and_bootstrap_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    group = write_group(tmp_path)
+    args = ["minder", "eval", str(group), "--holdout", "omi-3,omi-4", "--epochs", "1", "--live"]
+    assert main([*args, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    live = out["minder_live"]
+    assert set(live["chosen"]) == {"threshold", "continuity"}
+    assert live["held_out"]["segments"] == 1  # omi-3's planted drift
+    assert [s["server"] for s in live["held_out_segments"]] == ["omi-3"]
+    pairs = out["comparisons"]
+    assert set(pairs) == {
+        f"{n}_vs_baseline" for n in ("minder", "minder_peer", "minder_fused", "minder_live")
+    }
+    for c in pairs.values():
+        for key in ("segments_detected", "detect_minutes_median", "false_alarms_per_machine_day"):
+            lo, hi = c[key]["ci95"]
+            assert lo <= hi
+        assert c["bootstrap"]["unit"] == "server-day"
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "minder_live" in text and "paired bootstrap over server-days" in text
+    assert main(["minder", "eval", str(group), "--live", "--epochs", "1"]) == 2
+    assert "add --holdout or --rotate" in capsys.readouterr().err
