@@ -8,14 +8,23 @@ past the window's end, so late samples still count and a backlog replays exactly
 it ran; a job whose hosts all fall silent is no longer evaluated: silence is the hang
 detector's business) the last ``window_s`` seconds of every host are put on a
 1-second grid by timestamp (the last sample at or before each point, if at most
-``max_gap_s`` old), normalised per metric to [0, high] and scored per metric. Only
+``max_gap_s`` old), normalised per metric by ``high`` and scored. Only
 the hosts with a sample for every point are compared: a host that joined during the
 window, fell silent or has a longer gap sits the window out (nothing is invented for
 it), its continuity counts kept as they were.
 
 ``high`` is the largest value of the machines' median over the window (at least the
 metric's idle level): a scale the typical machine sets, so that one machine's burst (a
-starved rank catching up) cannot squash the others into a corner of [0, 1].
+starved rank catching up) cannot squash the others into a corner of [0, 1]. Pairwise
+scoring clips to [0, 1] (the denoisers were trained there); residual scoring keeps
+values above ``high``, or a host rising above a level every other host holds would
+equal them after the clip.
+
+Residual scoring (the default, ``docs/minder.md``, "Residual scoring on the live
+stream"): per host and metric, the RMS over the window of its peer residual (value
+minus the hosts' median) standardised by the host's own usual residual, learnt from
+the stream (``residual.LiveBaselines``); the host is a candidate when the mean over
+the metrics it is warm in exceeds ``threshold``.
 
 Continuity is counted across evaluations per (metric, host); the first metric in
 priority order that confirms a host names it. A host's episode opens with one firing
@@ -26,6 +35,7 @@ alert says so). See ``docs/minder.md``.
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections import deque
@@ -200,6 +210,8 @@ class JobMonitor:
         if not self.config.normalise:
             return hosts, metrics, x
         high = np.maximum(typical, [idle_level(k) for k in metrics])
+        if self.config.scoring == "residual":
+            return hosts, metrics, np.maximum(x / high, 0.0)  # above the typical: kept
         return hosts, metrics, np.clip(x / high, 0.0, 1.0)
 
     def _model_for(self, metrics: list[str]) -> MinderModel:
@@ -276,24 +288,25 @@ class JobMonitor:
             fused_M = np.nanmean(s_MK, axis=1)  # over the metrics each host is warm in
         threshold = model.thresholds.get(FUSED, cfg.threshold)
         top_M = np.argmax(np.nan_to_num(s_MK, nan=-np.inf), axis=1)
+        top_score_M = s_MK[np.arange(len(hosts)), top_M] if fused_k.size else fused_M
+        hit_M = (fused_M > threshold) | (
+            (cfg.single_threshold > 0) & (top_score_M > cfg.single_threshold)
+        )
         named: dict[str, tuple[str, float]] = {}
         candidates: set[str] = set()
-        for m, host in enumerate(hosts):
-            fused = float(fused_M[m])
-            if not np.isfinite(fused):
-                continue  # not scored in this window: its continuity count stays
-            top = float(s_MK[m, top_M[m]])
-            hit = fused > threshold or (0 < cfg.single_threshold < top)
+        fused_names = [metrics[k] for k in fused_k]
+        scored_rows = s_MK.tolist()  # plain floats: the loop below runs once per host
+        for m in np.flatnonzero(np.isfinite(fused_M)).tolist():
+            host, fused, hit = hosts[m], float(fused_M[m]), bool(hit_M[m])
             run = self.runs.get((FUSED, host), 0) + 1 if hit else 0
-            self.runs[(FUSED, host)] = run
+            self.runs[(FUSED, host)] = run  # a host not scored keeps its count
             if hit:
                 candidates.add(host)
             if run >= cfg.continuity:
-                named[host] = (metrics[int(fused_k[top_M[m]])], fused)
-            for i, k in enumerate(fused_k):
-                if np.isfinite(s_MK[m, i]):
-                    row = self._score_row(host, end_ns, metrics[k], float(s_MK[m, i]), hit)
-                    out.add("machine_scores", row)
+                named[host] = (fused_names[int(top_M[m])], fused)
+            for name, score in zip(fused_names, scored_rows[m], strict=True):
+                if not math.isnan(score):  # warm in this metric
+                    out.add("machine_scores", self._score_row(host, end_ns, name, score, hit))
             out.add("machine_scores", self._score_row(host, end_ns, FUSED_ROW, fused, hit))
         self._episodes(named, set(hosts), end_ns, out)
         index = end_ns // (cfg.stride_s * NS)

@@ -282,3 +282,23 @@ def test_a_rank_contended_from_its_first_sample() -> None:
     it."""
     assert _switch_alerts(300, 20, PAIRWISE, busy_from=0)[:1] == [("firing", "host5")]
     assert _switch_alerts(300, 20, CONFIG, busy_from=0) == []
+
+
+def test_a_rise_above_the_typical_level_is_seen_by_residual_scoring() -> None:
+    """Every host holds a metric level (its bound is the typical host's level): a host
+    whose traffic rises by half sits above that bound. Clipped to [0, 1] it would equal
+    its peers there and never be seen; residual scoring keeps it."""
+    rng = np.random.default_rng(2)
+
+    def run(config: OnlineConfig) -> list[tuple[str, str]]:
+        monitor = JobMonitor("job", config)
+        alerts = []
+        for s in range(600):
+            for h in range(6):
+                rx = 1e6 + rng.normal(0, 1e4) + (5e5 if h == 2 and 300 <= s < 450 else 0)
+                cpu = 50 + rng.normal(0, 1.0)
+                monitor.add(f"host{h}", T0 + s * NS, {"net_rx_Bps": rx, "cpu_util": cpu})
+            alerts += monitor.evaluate().alerts
+        return [(a["state"], a["evidence"]["host"]) for a in alerts]
+
+    assert run(CONFIG) == [("firing", "host2"), ("resolved", "host2")]
