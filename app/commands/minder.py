@@ -62,7 +62,8 @@ def register(subparsers: Any) -> None:
         "--live",
         action="store_true",
         help="with --holdout/--rotate: also replay the group through the live monitor "
-        "(residual scoring, baselines learnt from the stream) and score it like the others",
+        "(residual scoring with baselines learnt from the stream, and pairwise scoring) "
+        "and score it like the others",
     )
     evaluate.add_argument(
         "--minutes-per-point", type=float, default=5.0, help="sampling step (ASD: 5 minutes)"
@@ -212,12 +213,14 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             "settings: most segments found on the development servers with at most "
             f"{args.fa_budget:g} false alarms per machine-day there"
         )
-    for name in ("minder", "minder_peer", "minder_fused", "minder_live", "baseline"):
+    for name in (
+        "minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise", "baseline"
+    ):  # fmt: skip
         if name not in out:
             continue
         r = out[name]["held_out"]
         print(
-            f"{name:12s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "
+            f"{name:20s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "
             f"segments {r['segments_detected']}/{r['segments']}  "
             f"detect median {r['detect_minutes_median']} min  "
             f"false alarms/machine-day {r['false_alarms_per_machine_day']}"
@@ -233,7 +236,7 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             )
         ]
         verdict = "clear on all three" if c["clear_on_all_three"] else "not clear on all three"
-        print(f"  {pair.removesuffix('_vs_baseline'):12s} {'; '.join(parts)} ({verdict})")
+        print(f"  {pair.removesuffix('_vs_baseline'):20s} {'; '.join(parts)} ({verdict})")
     return 0
 
 

@@ -192,28 +192,33 @@ def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[C
 
 def live_predictions(
     group: Group, config: MinderConfig, base: OnlineConfig | None = None
-) -> dict[tuple[float, int], Bool]:
-    """The live monitor (residual scoring, baselines learnt from the stream) replayed
-    over the group at every setting of its grid (``replay``): (threshold, continuity)
-    -> (N, M) reports on the test windows. No label is read."""
+) -> dict[tuple[str, float, int], Bool]:
+    """The live monitor replayed over the group (``replay``) with each scoring (residual,
+    its default; pairwise, the paper's) at every setting of its grid: (scoring,
+    threshold, continuity) -> (N, M) reports on the test windows. No label is read."""
     hosts = [f"server{m}" for m in range(group.test_MTK.shape[0])]
     online = base or OnlineConfig()
     return {
-        (thr, c): replay_group(
+        (scoring, thr, c): replay_group(
             group,
             hosts,
-            replace(online, threshold=thr, continuity=c, floor=config.floor),
+            replace(online, scoring=scoring, threshold=thr, continuity=c, floor=config.floor),
             config.window,
             config.stride,
         )
+        for scoring in ("residual", "pairwise")
         for thr in LIVE_THRESHOLDS
         for c in CONTINUITY
     }
 
 
-def _live_candidates(live: dict[tuple[float, int], Bool]) -> Iterator[tuple[Choice, Bool]]:
-    for (thr, c), pred in live.items():
-        yield Choice("minder_live", 0.0, c, threshold=thr), pred
+def _live_candidates(
+    live: dict[tuple[str, float, int], Bool], scoring: str
+) -> Iterator[tuple[Choice, Bool]]:
+    name = LIVE if scoring == "residual" else LIVE_PAIRWISE
+    for (how, thr, c), pred in live.items():
+        if how == scoring:
+            yield Choice(name, 0.0, c, threshold=thr), pred
 
 
 def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choice, float, Bool]:
@@ -229,6 +234,7 @@ def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choi
 
 DETECTORS = ("minder", "minder_peer", "minder_fused", "baseline")
 LIVE = "minder_live"
+LIVE_PAIRWISE = "minder_live_pairwise"
 
 
 def _choose(
@@ -238,7 +244,7 @@ def _choose(
     dev: Sequence[int],
     points_per_day: float,
     fa_budget: float | None,
-    live: dict[tuple[float, int], Bool] | None = None,
+    live: dict[tuple[str, float, int], Bool] | None = None,
 ) -> tuple[dict[str, tuple[Choice, float, Bool]], MinderModel]:
     """Every detector's setting chosen on the ``dev`` servers' labels, with its
     predictions for all servers; and the model with the priority learnt on them."""
@@ -259,7 +265,11 @@ def _choose(
         _minder_candidates(ctx, model, config, "pairwise"),
         _minder_candidates(ctx, model, config, "peer"),
         _fused_candidates(ctx, model, config),
-        *([_live_candidates(live)] if live is not None else []),
+        *(
+            [_live_candidates(live, "residual"), _live_candidates(live, "pairwise")]
+            if live is not None
+            else []
+        ),
         _baseline_candidates(ctx, config),
     ):
         best = _best(ctx, candidates)
@@ -359,7 +369,7 @@ def rotation_study(
     price of the servers' shared anomaly times (``docs/minder.md``)."""
     m = group.test_MTK.shape[0]
     starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
-    names = (*DETECTORS[:-1], LIVE, DETECTORS[-1]) if live else DETECTORS
+    names = (*DETECTORS[:-1], LIVE, LIVE_PAIRWISE, DETECTORS[-1]) if live else DETECTORS
     pooled = {name: np.zeros((starts.size, m), dtype=bool) for name in names}
     picks: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     replays = live_predictions(group, config) if live else None  # no label read: once

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
-from rankwatch.streams.minder.detector import FUSED, MinderModel
+from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
 from rankwatch.streams.minder.similarity import window_starts
 from rankwatch.streams.minder.study import Group
@@ -53,14 +53,13 @@ def replay_group(
                 if not np.isnan(row).all():
                     monitor.add(host, now * NS, dict(zip(group.metrics, row.tolist(), strict=True)))
             before = monitor.next_end_ns
-            out = monitor.evaluate()
+            monitor.evaluate()
             if monitor.next_end_ns == before or before is None:
                 continue
             n = by_end.get(before // NS)
             if n is None:
                 continue  # a train-split window
-            for row in out.rows.get("machine_scores", []):
-                key = (FUSED if cfg.scoring == "residual" else row["metric"], row["host"])
-                if monitor.runs.get(key, 0) >= cfg.continuity:
-                    reported[n, index[row["host"]]] = True
+            for host, episode in monitor.episodes.items():
+                if episode.misses == 0:  # named in this window (a new or a going episode)
+                    reported[n, index[host]] = True
     return reported
