@@ -70,8 +70,18 @@ def register(subparsers: Any) -> None:
     )
     detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
     detect.add_argument("dir", type=Path, metavar="DIR")
-    detect.add_argument("--model", type=Path, required=True, metavar="MODEL.npz")
+    detect.add_argument("--model", type=Path, metavar="MODEL.npz", help="required without --live")
     detect.add_argument("--continuity", type=int, default=2)
+    detect.add_argument(
+        "--live",
+        action="store_true",
+        help="replay DIR through the live monitor as the worker runs it (the train split as "
+        "the stream's history, then the test split; residual scoring, baselines learnt from "
+        "the stream) and list the windows it reports",
+    )
+    detect.add_argument(
+        "--threshold", type=float, default=3.0, help="with --live: the fused threshold"
+    )
     worker = sub.add_parser("worker", help="run the Minder stream worker (faust)")
     worker.add_argument("--config", help="TOML config file (see README)")
     worker.add_argument("--kafka", help="bootstrap servers (overrides config and env)")
@@ -249,6 +259,10 @@ def _detect(args: argparse.Namespace) -> int:
     from rankwatch.streams.minder import MinderConfig, detect
     from rankwatch.streams.minder.serial import model_from_arrays
 
+    if args.live:
+        return _detect_live(args)
+    if args.model is None:
+        raise UserError("detect needs --model MODEL.npz (or --live)")
     try:
         model = model_from_arrays(dict(np.load(args.model, allow_pickle=False)))
     except (OSError, KeyError, ValueError) as exc:
@@ -261,6 +275,25 @@ def _detect(args: argparse.Namespace) -> int:
         start = int(det.starts[n])
         metric = model.metrics[int(det.metric_N[n])]
         print(f"{names[m]}\tpoints {start}-{start + window - 1}\tmetric {metric}")
+    return 0
+
+
+def _detect_live(args: argparse.Namespace) -> int:
+    """The live monitor replayed over DIR (``streams/minder/replay.py``)."""
+    import numpy as np
+
+    from rankwatch.streams.minder.online import OnlineConfig
+    from rankwatch.streams.minder.replay import replay_group
+    from rankwatch.streams.minder.similarity import window_starts
+
+    group, names = _load(args.dir)
+    window, stride = 8, 4  # as the offline study: 8 points, every 4
+    config = OnlineConfig(threshold=args.threshold, continuity=args.continuity)
+    reported = replay_group(group, names, config, window, stride)
+    starts = window_starts(group.test_MTK.shape[1], window, stride)
+    for n, m in zip(*np.nonzero(reported), strict=True):
+        start = int(starts[n])
+        print(f"{names[m]}\tpoints {start}-{start + window - 1}\tlive residual")
     return 0
 
 

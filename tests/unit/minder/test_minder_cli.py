@@ -52,6 +52,19 @@ def test_train_then_detect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert len(planted) >= 5 and len(planted) > len(hits) / 2, lines
 
 
+def test_detect_live_replays_the_group_through_the_live_monitor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = write_group(tmp_path)
+    assert main(["minder", "detect", str(group), "--live"]) == 0
+    hits = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert hits and {h[0] for h in hits} == {"omi-3"}  # the planted drift, nothing else
+    first = [int(p) for p in hits[0][1].removeprefix("points ").split("-")]
+    assert first[1] >= 80 and first[0] < 130  # inside the drift (points 80-129)
+    assert main(["minder", "detect", str(group)]) == 2
+    assert "needs --model" in capsys.readouterr().err
+
+
 def test_bad_directory_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["minder", "eval", str(tmp_path)]) == 2
     assert "no omi-*.npz" in capsys.readouterr().err
