@@ -224,20 +224,13 @@ class LabRun:
     """(window end ns, host, fused score) of every scored window (residual scoring)."""
 
     def healthy_peak(self, faults: tuple[tuple[int, int, int, str], ...]) -> float:
-        """The highest fused score of a host outside its own fault (and grace): the
-        margin to the threshold that the healthy ranks kept."""
-        spans = {f"rank{rank}": self.injected_ns[fault] for _, _, rank, fault in faults}
+        """The highest fused score of a rank no fault was injected into: the margin to
+        the threshold that the healthy ranks kept."""
+        faulted = {f"rank{rank}" for _, _, rank, _ in faults}
         return max(
-            (
-                score
-                for t, host, score in self.fused
-                if not (host in spans and spans[host][0] <= t <= spans[host][1] + GRACE_S * NS)
-            ),
+            (score for _, host, score in self.fused if host not in faulted),
             default=float("nan"),
         )
-
-    def firing(self) -> list[dict[str, Any]]:
-        return [a for a in self.alerts if a["state"] == "firing"]
 
     def summary(self, start_ns: int) -> list[tuple[float, str, str, str]]:
         return [
