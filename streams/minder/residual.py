@@ -262,6 +262,10 @@ class LiveBaselines:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
+        """Back to a stored state; ValueError if it does not fit this configuration
+        (rings of another ``history``): the caller then warms up afresh."""
+        if any(len(r["meds"]) != self.history for r in state["rings"].values()):
+            raise ValueError(f"stored rings are not {self.history} windows long")
         k = len(state["metrics"])
         self.metrics = list(state["metrics"])
         hosts = list(state["rings"])

@@ -44,6 +44,7 @@ from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
+from rankwatch.streams.minder.residual import LiveBaselines
 from rankwatch.streams.minder.serial import model_from_arrays
 
 log = logging.getLogger("rankwatch.minder")
@@ -91,7 +92,18 @@ def restore_monitor(monitor: JobMonitor, state: dict[str, Any]) -> None:
         host: deque((int(t), m) for t, m in rows) for host, rows in state["samples"].items() if rows
     }
     if "baselines" in state:  # a snapshot stored before residual scoring: warm up again
-        monitor.baselines.restore(state["baselines"])
+        try:
+            monitor.baselines.restore(state["baselines"])
+        except (ValueError, KeyError, TypeError) as exc:  # another history length, say
+            log.warning(
+                "job %s: stored baselines not usable (%s): hosts warm up again", monitor.job, exc
+            )
+            monitor.baselines = LiveBaselines(
+                history=monitor.config.history,
+                warmup=monitor.config.warmup,
+                lag=monitor.config.lag,
+                floor=monitor.config.floor,
+            )
 
 
 def load_model(path: str) -> MinderModel | None:

@@ -302,3 +302,23 @@ def test_a_rise_above_the_typical_level_is_seen_by_residual_scoring() -> None:
         return [(a["state"], a["evidence"]["host"]) for a in alerts]
 
     assert run(CONFIG) == [("firing", "host2"), ("resolved", "host2")]
+
+
+def test_stored_baselines_of_another_history_length_warm_up_again() -> None:
+    """A worker restarted with another ``history`` cannot use the stored rings: it
+    starts the baselines afresh rather than failing on the job."""
+    first = JobMonitor("job", CONFIG)
+    feed(first, 400)
+    assert first.next_end_ns is not None
+    state = orjson.loads(
+        orjson.dumps(
+            monitor_state(first, first.next_end_ns - CONFIG.stride_s * NS),
+            option=orjson.OPT_SERIALIZE_NUMPY,
+        )
+    )
+    second = JobMonitor("job", replace(CONFIG, history=8))
+    restore_monitor(second, state)
+    assert second.baselines.slots == {} and second.next_end_ns == first.next_end_ns
+    same = JobMonitor("job", CONFIG)
+    restore_monitor(same, state)
+    assert set(same.baselines.slots) == {f"host{h}" for h in range(8)}
