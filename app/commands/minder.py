@@ -235,7 +235,7 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             f"detect median {r['detect_minutes_median']} min  "
             f"false alarms/machine-day {r['false_alarms_per_machine_day']}"
         )
-    print("against the baseline (95% intervals, paired bootstrap over server-days):")
+    print("differences (95% intervals, paired bootstrap over server-days):")
     for pair, c in out["comparisons"].items():
         parts = [
             f"{label} {c[key]['difference']:+g} [{c[key]['ci95'][0]:+g}, {c[key]['ci95'][1]:+g}]"
@@ -246,7 +246,7 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             )
         ]
         verdict = "clear on all three" if c["clear_on_all_three"] else "not clear on all three"
-        print(f"  {pair.removesuffix('_vs_baseline'):20s} {'; '.join(parts)} ({verdict})")
+        print(f"  {pair:36s} {'; '.join(parts)} ({verdict})")
     return 0
 
 

@@ -310,7 +310,8 @@ def comparisons(
 ) -> dict[str, Any]:
     """Each Minder variant against the baseline on the scored servers, with bootstrap
     intervals (``evaluation.compare``): is the margin clear, or within the noise of a
-    few dozen segments?"""
+    few dozen segments? With the live monitor replayed, also its residual scoring
+    against its pairwise scoring."""
     starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
 
     def blocks(pred: Bool) -> Any:
@@ -320,11 +321,16 @@ def comparisons(
 
     base = blocks(preds["baseline"])
     minutes = 24 * 60 / points_per_day
-    return {
+    out = {
         f"{name}_vs_baseline": compare(blocks(pred), base, minutes)
         for name, pred in preds.items()
         if name != "baseline"
     }
+    if LIVE in preds and LIVE_PAIRWISE in preds:  # the live default against what it replaced
+        out[f"{LIVE}_vs_{LIVE_PAIRWISE}"] = compare(
+            blocks(preds[LIVE]), blocks(preds[LIVE_PAIRWISE]), minutes
+        )
+    return out
 
 
 def holdout_study(

@@ -115,7 +115,9 @@ def test_holdout_with_the_live_monitor_and_bootstrap_intervals(
     assert [s["server"] for s in live["held_out_segments"]] == ["omi-3"]
     pairs = out["comparisons"]
     names = ("minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise")
-    assert set(pairs) == {f"{n}_vs_baseline" for n in names}
+    assert set(pairs) == {f"{n}_vs_baseline" for n in names} | {
+        "minder_live_vs_minder_live_pairwise"
+    }
     assert set(out["minder_live_pairwise"]["chosen"]) == {"threshold", "continuity"}
     for c in pairs.values():
         for key in ("segments_detected", "detect_minutes_median", "false_alarms_per_machine_day"):
