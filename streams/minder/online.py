@@ -26,11 +26,11 @@ minus the hosts' median) standardised by the host's own usual residual, learnt f
 the stream (``residual.LiveBaselines``); the host is a candidate when the mean over
 the metrics it is warm in exceeds ``threshold``.
 
-Continuity is counted across evaluations per (metric, host); the first metric in
-priority order that confirms a host names it. A host's episode opens with one firing
-alert and closes with one resolved alert after ``resolve_after`` evaluations without
-confirmation (a host that stopped reporting is not confirmed either; its resolved
-alert says so). See ``docs/minder.md``.
+Continuity is counted across evaluations per host (residual scoring) or per (metric,
+host), the first metric in priority order that confirms a host naming it (pairwise). A
+host's episode opens with one firing alert and closes with one resolved alert after
+``resolve_after`` evaluations without confirmation (a host that stopped reporting is
+not confirmed either; its resolved alert says so). See ``docs/minder.md``.
 """
 
 from __future__ import annotations
