@@ -131,10 +131,17 @@ class MinderWorkerConfig:
     continuity: int = OnlineConfig.continuity
     """Consecutive windows a machine must stand out in before it is called faulty."""
     threshold: float = OnlineConfig.threshold
+    scoring: str = OnlineConfig.scoring
+    """"residual" (each host against its own usual place among its peers, learnt from
+    the stream) or "pairwise" (the paper's); docs/minder.md."""
     model: str = ""
     """MODEL.npz from ``rankwatch minder train`` (empty: no denoising, default order)."""
     status_file: str = ""
     """Health file written every tick (empty: none); ``rankwatch worker --health``."""
+
+    def __post_init__(self) -> None:
+        if self.scoring not in ("residual", "pairwise"):
+            raise ValueError("scoring must be one of residual, pairwise")
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,36 @@ def speed(repeat: int, machines: int, metrics: int, workers: int) -> dict[str, A
     return out
 
 
+def live(repeat: int, machines: int, metrics: int) -> dict[str, Any]:
+    """The live monitor's scoring of one 60-s window of every host (``--live``):
+    residual scoring (the worker's default: peer residuals, every host's baseline level
+    and spread from its ring of 32 admitted windows, the fused score, continuity, the
+    ``machine_scores`` rows and the baseline update) against pairwise scoring of the
+    same window. The window's samples are handed in on the grid: building it from the
+    hosts' sample queues is the same for both and not timed."""
+    from rankwatch.streams.minder.online import NS, JobMonitor, MonitorOutput, OnlineConfig
+
+    x = fleet(machines, 60, metrics).astype(np.float64)
+    hosts = [f"host{m:05d}" for m in range(machines)]
+    names = [f"metric{k}" for k in range(metrics)]
+    out: dict[str, Any] = {"machines": machines, "seconds": 60, "metrics": metrics}
+    for scoring in ("residual", "pairwise"):
+        monitor = JobMonitor("bench", OnlineConfig(scoring=scoring))
+        monitor._window = lambda _end_ns: (hosts, names, x)  # type: ignore[method-assign]
+        rng = np.random.default_rng(1)
+        for i in range(34):  # every host's ring full (residual scoring)
+            med = rng.normal(0, 0.01, (machines, metrics))
+            mad = np.full((machines, metrics), 0.01)
+            monitor.baselines.observe(i, hosts, names, med, mad, set(), set())
+
+        def once(monitor: JobMonitor = monitor, end: list[int] = [40 * 60 * NS]) -> None:  # noqa: B006
+            end[0] += 60 * NS
+            monitor._evaluate_window(end[0], MonitorOutput())
+
+        out[scoring] = timed(once, repeat)
+    return out
+
+
 def asd_study(epochs: int) -> dict[str, Any]:
     from rankwatch.streams.minder.train import TrainConfig, evaluate_dir
 
@@ -149,10 +179,15 @@ def main() -> None:
     parser.add_argument("--metrics", type=int, default=10)
     parser.add_argument("--asd", action="store_true", help="also the ASD study (needs torch)")
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument(
+        "--live", action="store_true", help="the live monitor's scoring of one window instead"
+    )
     args = parser.parse_args()
-    result: dict[str, Any] = {
-        "speed": speed(args.repeat, args.machines, args.metrics, args.workers)
-    }
+    result: dict[str, Any] = (
+        {"live": live(args.repeat, args.machines, args.metrics)}
+        if args.live
+        else {"speed": speed(args.repeat, args.machines, args.metrics, args.workers)}
+    )
     if args.asd and ASD.is_dir():
         result["asd"] = asd_study(args.epochs)
     result["load_average"] = [round(x, 2) for x in os.getloadavg()]

@@ -16,7 +16,9 @@ the labels of the ``--dev`` servers. Prints, as JSON:
 - for the pairwise Minder, the residual + fused detector and the Mahalanobis baseline,
   at the settings the held-out protocol chose on the development servers: each
   development segment found or missed and when, and the false alarms per server (and
-  for Minder, per deciding metric).
+  for Minder, per deciding metric);
+- ways to fuse the per-metric residual scores (priority subsets, all, capped, top-j,
+  quadratic mean) at equal false-alarm budgets on the development servers.
 
 No torch: distances on the raw windows (the held-out protocol chose no denoising for
 every detector).
@@ -46,6 +48,7 @@ from rankwatch.streams.minder.detector import (
 )
 from rankwatch.streams.minder.evaluation import (
     alarm_episodes,
+    event_scores,
     score,
     segment_outcomes,
     window_labels,
@@ -199,6 +202,67 @@ def detectors(g: Group, dev: np.ndarray, names: list[str]) -> dict[str, Any]:
     }
 
 
+def fusion_variants(g: Group, dev: np.ndarray) -> dict[str, Any]:
+    """Ways to combine the per-metric residual scores, each over the same grid
+    (quantile of the train split's fused scores x continuity 1-3), on the development
+    servers: the best window F1, and at false-alarm budgets of 0.5, 1 and 2 per
+    machine-day the setting finding the most segments (as ``--fa-budget`` picks)."""
+    starts = window_starts(g.test_MTK.shape[1], WINDOW, STRIDE)
+    truth = window_labels(g.label_MT, starts, WINDOW)
+    order = rank_metrics(max_z_features(g.test_MTK, starts, WINDOW), truth[:, dev].any(axis=1))
+    model = MinderModel(metrics=g.metrics, own=fit_own_baseline(g.train_MTK, FLOOR))
+    cfg = MinderConfig(window=WINDOW, stride=STRIDE, denoise=False, scoring="residual")
+    train, test = metric_scores(g.train_MTK, model, cfg), metric_scores(g.test_MTK, model, cfg)
+
+    def top(j: int) -> Any:
+        def f(s: np.ndarray) -> np.ndarray:
+            v = np.sort(np.nan_to_num(s, nan=-np.inf), axis=0)[::-1][:j].mean(axis=0)
+            return np.where(np.isfinite(v), v, np.nan)
+
+        return f
+
+    variants: dict[str, Any] = {
+        "mean of the first 5 in priority": lambda s: s[order[:5]].mean(axis=0),
+        "mean of the first 10 in priority": lambda s: s[order[:10]].mean(axis=0),
+        "mean of all": lambda s: s.mean(axis=0),
+        "mean of all, each capped at 3": lambda s: np.minimum(s, 3).mean(axis=0),
+        "mean of all, each capped at 10": lambda s: np.minimum(s, 10).mean(axis=0),
+        "largest (one metric decides)": top(1),
+        "mean of the 3 largest": top(3),
+        "mean of the 5 largest": top(5),
+        "quadratic mean of all": lambda s: np.sqrt(np.nanmean(s * s, axis=0)),
+    }
+    train_f = window_means(g.train_MTK, window_starts(g.train_MTK.shape[1], WINDOW, STRIDE), WINDOW)
+    ref = fit_reference(train_f.reshape(-1, train_f.shape[2]))
+    mahal = (mahalanobis(train_f, ref), mahalanobis(window_means(g.test_MTK, starts, WINDOW), ref))
+    out = {}
+    for name, fuse_fn in (*variants.items(), ("Mahalanobis baseline (for comparison)", None)):
+        if fuse_fn is None:
+            f_train, f_test = mahal[0], np.nan_to_num(mahal[1], nan=-np.inf)
+        else:
+            f_train, f_test = fuse_fn(train), np.nan_to_num(fuse_fn(test), nan=-np.inf)
+        rows = []
+        for q in QUANTILES:
+            level = float(np.nanquantile(f_train, q))
+            for c in (1, 2, 3):
+                pred = confirm(f_test > level, c)
+                e = event_scores(pred, g.label_MT, starts, WINDOW, dev, g.present_MT, 288.0)
+                f1 = score(pred, g.label_MT, starts, WINDOW, dev, g.present_MT).f1
+                delay = float(np.median(e.delays_points)) * MINUTES if e.delays_points else None
+                rows.append((f1, e.detected, delay, e.false_alarms / e.machine_days, q, c))
+        best = max(rows, key=lambda r: r[0])
+        entry = {"best_window_f1": round(best[0], 3), "at": f"q {best[4]}, continuity {best[5]}"}
+        for budget in (0.5, 1.0, 2.0):
+            fits = [r for r in rows if r[3] <= budget]
+            if fits:
+                b = max(fits, key=lambda r: (r[1], -(r[2] or 1e9), -r[3]))
+                entry[f"budget {budget:g}"] = (
+                    f"{b[1]}/{e.segments} segments, median {b[2]} min, {b[3]:.2f} FA/machine-day"
+                )
+        out[name] = entry
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path)
@@ -229,6 +293,7 @@ def main() -> None:
                 ),
             },
             **detectors(g, dev, names),
+            "fusion_variants": fusion_variants(g, dev),
         }
     print(json.dumps(result, indent=1))
 

@@ -59,12 +59,29 @@ def register(subparsers: Any) -> None:
         "alarms per machine-day there (default: by window F1)",
     )
     evaluate.add_argument(
+        "--live",
+        action="store_true",
+        help="with --holdout/--rotate: also replay the group through the live monitor "
+        "(residual scoring with baselines learnt from the stream, and pairwise scoring) "
+        "and score it like the others",
+    )
+    evaluate.add_argument(
         "--minutes-per-point", type=float, default=5.0, help="sampling step (ASD: 5 minutes)"
     )
     detect = sub.add_parser("detect", help="detect on DIR's test split with a trained model")
     detect.add_argument("dir", type=Path, metavar="DIR")
-    detect.add_argument("--model", type=Path, required=True, metavar="MODEL.npz")
+    detect.add_argument("--model", type=Path, metavar="MODEL.npz", help="required without --live")
     detect.add_argument("--continuity", type=int, default=2)
+    detect.add_argument(
+        "--live",
+        action="store_true",
+        help="replay DIR through the live monitor as the worker runs it (the train split as "
+        "the stream's history, then the test split; residual scoring, baselines learnt from "
+        "the stream) and list the windows it reports",
+    )
+    detect.add_argument(
+        "--threshold", type=float, default=3.0, help="with --live: the fused threshold"
+    )
     worker = sub.add_parser("worker", help="run the Minder stream worker (faust)")
     worker.add_argument("--config", help="TOML config file (see README)")
     worker.add_argument("--kafka", help="bootstrap servers (overrides config and env)")
@@ -73,6 +90,9 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--window", type=int, metavar="SECONDS", help="[minder] window_s")
     worker.add_argument("--continuity", type=int, metavar="WINDOWS", help="[minder] continuity")
     worker.add_argument("--threshold", type=float, help="[minder] threshold")
+    worker.add_argument(
+        "--scoring", choices=("residual", "pairwise"), help="[minder] scoring (docs/minder.md)"
+    )
     worker.add_argument(
         "--status-file", help="health file written every tick ([minder] status_file)"
     )
@@ -155,9 +175,9 @@ def _eval(args: argparse.Namespace) -> int:
         raise UserError("--holdout and --rotate exclude each other")
     if args.holdout or args.rotate:
         return _holdout(args, cfg)
-    if args.fa_budget is not None:
+    if args.fa_budget is not None or args.live:
         raise UserError(
-            "--fa-budget picks settings on development servers: add --holdout or --rotate"
+            "--fa-budget and --live pick settings on development servers: add --holdout or --rotate"
         )
     try:
         out = evaluate_dir(args.dir, cfg)
@@ -185,9 +205,11 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
     held = [s.strip() for s in args.holdout.split(",") if s.strip()]
     try:
         if args.rotate:
-            out = rotation_dir(args.dir, cfg, args.minutes_per_point, args.fa_budget)
+            out = rotation_dir(args.dir, cfg, args.minutes_per_point, args.fa_budget, args.live)
         else:
-            out = holdout_dir(args.dir, held, cfg, args.minutes_per_point, args.fa_budget)
+            out = holdout_dir(
+                args.dir, held, cfg, args.minutes_per_point, args.fa_budget, args.live
+            )
     except GroupFileError as exc:
         raise UserError(str(exc)) from exc
     if args.format == "json":
@@ -201,14 +223,30 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             "settings: most segments found on the development servers with at most "
             f"{args.fa_budget:g} false alarms per machine-day there"
         )
-    for name in ("minder", "minder_peer", "minder_fused", "baseline"):
+    for name in (
+        "minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise", "baseline"
+    ):  # fmt: skip
+        if name not in out:
+            continue
         r = out[name]["held_out"]
         print(
-            f"{name:12s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "
+            f"{name:20s} window F1 {r['window_f1']:.3f}  point F1 {r['point_f1']:.3f}  "
             f"segments {r['segments_detected']}/{r['segments']}  "
             f"detect median {r['detect_minutes_median']} min  "
             f"false alarms/machine-day {r['false_alarms_per_machine_day']}"
         )
+    print("differences (95% intervals, paired bootstrap over server-days):")
+    for pair, c in out["comparisons"].items():
+        parts = [
+            f"{label} {c[key]['difference']:+g} [{c[key]['ci95'][0]:+g}, {c[key]['ci95'][1]:+g}]"
+            for key, label in (
+                ("segments_detected", "segments"),
+                ("detect_minutes_median", "median minutes"),
+                ("false_alarms_per_machine_day", "false alarms/machine-day"),
+            )
+        ]
+        verdict = "clear on all three" if c["clear_on_all_three"] else "not clear on all three"
+        print(f"  {pair:36s} {'; '.join(parts)} ({verdict})")
     return 0
 
 
@@ -221,6 +259,10 @@ def _detect(args: argparse.Namespace) -> int:
     from rankwatch.streams.minder import MinderConfig, detect
     from rankwatch.streams.minder.serial import model_from_arrays
 
+    if args.live:
+        return _detect_live(args)
+    if args.model is None:
+        raise UserError("detect needs --model MODEL.npz (or --live)")
     try:
         model = model_from_arrays(dict(np.load(args.model, allow_pickle=False)))
     except (OSError, KeyError, ValueError) as exc:
@@ -233,6 +275,25 @@ def _detect(args: argparse.Namespace) -> int:
         start = int(det.starts[n])
         metric = model.metrics[int(det.metric_N[n])]
         print(f"{names[m]}\tpoints {start}-{start + window - 1}\tmetric {metric}")
+    return 0
+
+
+def _detect_live(args: argparse.Namespace) -> int:
+    """The live monitor replayed over DIR (``streams/minder/replay.py``)."""
+    import numpy as np
+
+    from rankwatch.streams.minder.online import OnlineConfig
+    from rankwatch.streams.minder.replay import replay_group
+    from rankwatch.streams.minder.similarity import window_starts
+
+    group, names = _load(args.dir)
+    window, stride = 8, 4  # as the offline study: 8 points, every 4
+    config = OnlineConfig(threshold=args.threshold, continuity=args.continuity)
+    reported = replay_group(group, names, config, window, stride)
+    starts = window_starts(group.test_MTK.shape[1], window, stride)
+    for n, m in zip(*np.nonzero(reported), strict=True):
+        start = int(starts[n])
+        print(f"{names[m]}\tpoints {start}-{start + window - 1}\tlive residual")
     return 0
 
 
@@ -251,6 +312,7 @@ def _worker(args: argparse.Namespace) -> int:
         "minder.window_s": args.window,
         "minder.continuity": args.continuity,
         "minder.threshold": args.threshold,
+        "minder.scoring": args.scoring,
         "minder.status_file": args.status_file,
     }
     config = with_flags(load_config(args.config), flags)
@@ -263,6 +325,7 @@ def _worker(args: argparse.Namespace) -> int:
             stride_s=minder.window_s,
             continuity=minder.continuity,
             threshold=minder.threshold,
+            scoring=minder.scoring,
         ),
         model_path=minder.model,
     )

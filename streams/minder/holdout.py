@@ -38,17 +38,24 @@ from rankwatch.streams.minder.detector import (
     metric_scores,
 )
 from rankwatch.streams.minder.evaluation import (
+    compare,
+    day_blocks,
     event_scores,
     score,
     segment_outcomes,
     window_labels,
 )
+from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
+from rankwatch.streams.minder.replay import replay_group
 from rankwatch.streams.minder.residual import fit_own_baseline
 from rankwatch.streams.minder.similarity import window_starts
 from rankwatch.streams.minder.study import QUANTILES, Group
 
 Bool = NDArray[np.bool_]
+LIVE_THRESHOLDS = (2.0, 2.5, 3.0, 4.0, 5.0)
+"""The live monitor's fused threshold: a score is an RMS in units of the host's own
+usual spread, so these are multiples of it (``docs/minder.md``)."""
 CONTINUITY = (1, 2, 3)
 VOTES = (1, 2, 3)
 VOTE_METRICS = (3, 5, 0)
@@ -66,8 +73,12 @@ class Choice:
     vote: int = 0
     vote_metrics: int = 0
     fuse_metrics: int | None = None
+    threshold: float | None = None
+    """The live monitor's threshold (it has no train split to take a quantile of)."""
 
     def to_json(self) -> dict[str, Any]:
+        if self.threshold is not None:
+            return {"threshold": self.threshold, "continuity": self.continuity}
         out: dict[str, Any] = {
             "quantile": self.quantile,
             "continuity": self.continuity,
@@ -179,6 +190,37 @@ def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[C
             yield Choice("baseline", q, c), confirm(d > float(np.nanquantile(train_d, q)), c)
 
 
+def live_predictions(
+    group: Group, config: MinderConfig, base: OnlineConfig | None = None
+) -> dict[tuple[str, float, int], Bool]:
+    """The live monitor replayed over the group (``replay``) with each scoring (residual,
+    its default; pairwise, the paper's) at every setting of its grid: (scoring,
+    threshold, continuity) -> (N, M) reports on the test windows. No label is read."""
+    hosts = [f"server{m}" for m in range(group.test_MTK.shape[0])]
+    online = base or OnlineConfig()
+    return {
+        (scoring, thr, c): replay_group(
+            group,
+            hosts,
+            replace(online, scoring=scoring, threshold=thr, continuity=c, floor=config.floor),
+            config.window,
+            config.stride,
+        )
+        for scoring in ("residual", "pairwise")
+        for thr in LIVE_THRESHOLDS
+        for c in CONTINUITY
+    }
+
+
+def _live_candidates(
+    live: dict[tuple[str, float, int], Bool], scoring: str
+) -> Iterator[tuple[Choice, Bool]]:
+    name = LIVE if scoring == "residual" else LIVE_PAIRWISE
+    for (how, thr, c), pred in live.items():
+        if how == scoring:
+            yield Choice(name, 0.0, c, threshold=thr), pred
+
+
 def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choice, float, Bool]:
     """The first setting of the grid with the best merit on the development servers."""
     best: tuple[tuple[float, ...], Choice, float, Bool] | None = None
@@ -191,6 +233,8 @@ def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choi
 
 
 DETECTORS = ("minder", "minder_peer", "minder_fused", "baseline")
+LIVE = "minder_live"
+LIVE_PAIRWISE = "minder_live_pairwise"
 
 
 def _choose(
@@ -200,6 +244,7 @@ def _choose(
     dev: Sequence[int],
     points_per_day: float,
     fa_budget: float | None,
+    live: dict[tuple[str, float, int], Bool] | None = None,
 ) -> tuple[dict[str, tuple[Choice, float, Bool]], MinderModel]:
     """Every detector's setting chosen on the ``dev`` servers' labels, with its
     predictions for all servers; and the model with the priority learnt on them."""
@@ -220,6 +265,11 @@ def _choose(
         _minder_candidates(ctx, model, config, "pairwise"),
         _minder_candidates(ctx, model, config, "peer"),
         _fused_candidates(ctx, model, config),
+        *(
+            [_live_candidates(live, "residual"), _live_candidates(live, "pairwise")]
+            if live is not None
+            else []
+        ),
         _baseline_candidates(ctx, config),
     ):
         best = _best(ctx, candidates)
@@ -251,6 +301,38 @@ def _held_out_scores(
     }
 
 
+def comparisons(
+    group: Group,
+    preds: dict[str, Bool],
+    config: MinderConfig,
+    servers: NDArray[np.int64],
+    points_per_day: float,
+) -> dict[str, Any]:
+    """Each Minder variant against the baseline on the scored servers, with bootstrap
+    intervals (``evaluation.compare``): is the margin clear, or within the noise of a
+    few dozen segments? With the live monitor replayed, also its residual scoring
+    against its pairwise scoring."""
+    starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
+
+    def blocks(pred: Bool) -> Any:
+        return day_blocks(
+            pred, group.label_MT, starts, config.window, servers, group.present_MT, points_per_day
+        )
+
+    base = blocks(preds["baseline"])
+    minutes = 24 * 60 / points_per_day
+    out = {
+        f"{name}_vs_baseline": compare(blocks(pred), base, minutes)
+        for name, pred in preds.items()
+        if name != "baseline"
+    }
+    if LIVE in preds and LIVE_PAIRWISE in preds:  # the live default against what it replaced
+        out[f"{LIVE}_vs_{LIVE_PAIRWISE}"] = compare(
+            blocks(preds[LIVE]), blocks(preds[LIVE_PAIRWISE]), minutes
+        )
+    return out
+
+
 def holdout_study(
     group: Group,
     model: MinderModel,
@@ -259,9 +341,12 @@ def holdout_study(
     held: Sequence[int],
     points_per_day: float,
     fa_budget: float | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
-    """Pick each detector's settings on ``dev`` servers, score them on ``held`` ones."""
-    chosen, model = _choose(group, model, config, dev, points_per_day, fa_budget)
+    """Pick each detector's settings on ``dev`` servers, score them on ``held`` ones;
+    with ``live``, the live monitor replayed over the group is one of them."""
+    replays = live_predictions(group, config) if live else None
+    chosen, model = _choose(group, model, config, dev, points_per_day, fa_budget, replays)
     figure = "dev_window_f1" if fa_budget is None else "dev_segments_detected"
     results: dict[str, Any] = {}
     for name, (choice, dev_figure, pred) in chosen.items():
@@ -271,6 +356,8 @@ def holdout_study(
             **_held_out_scores(group, pred, config, np.asarray(held), points_per_day),
         }
     results["priority_top5"] = list(model.priority[:5])
+    preds = {name: pred for name, (_, _, pred) in chosen.items()}
+    results["comparisons"] = comparisons(group, preds, config, np.asarray(held), points_per_day)
     return results
 
 
@@ -280,6 +367,7 @@ def rotation_study(
     config: MinderConfig,
     points_per_day: float,
     fa_budget: float | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
     """Each server held out in turn, everything chosen on the others (as
     :func:`holdout_study` with one held-out server); the held-out predictions of the
@@ -287,16 +375,20 @@ def rotation_study(
     price of the servers' shared anomaly times (``docs/minder.md``)."""
     m = group.test_MTK.shape[0]
     starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
-    pooled = {name: np.zeros((starts.size, m), dtype=bool) for name in DETECTORS}
-    picks: dict[str, list[dict[str, Any]]] = {name: [] for name in DETECTORS}
+    names = (*DETECTORS[:-1], LIVE, LIVE_PAIRWISE, DETECTORS[-1]) if live else DETECTORS
+    pooled = {name: np.zeros((starts.size, m), dtype=bool) for name in names}
+    picks: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    replays = live_predictions(group, config) if live else None  # no label read: once
     for h in range(m):
         others = [j for j in range(m) if j != h]
-        chosen, _ = _choose(group, model, config, others, points_per_day, fa_budget)
+        chosen, _ = _choose(group, model, config, others, points_per_day, fa_budget, replays)
         for name, (choice, _, pred) in chosen.items():
             pooled[name][:, h] = pred[:, h]
             picks[name].append(choice.to_json())
-    return {
+    out: dict[str, Any] = {
         name: {"chosen_per_fold": picks[name]}
         | _held_out_scores(group, pooled[name], config, np.arange(m), points_per_day)
-        for name in DETECTORS
+        for name in names
     }
+    out["comparisons"] = comparisons(group, pooled, config, np.arange(m), points_per_day)
+    return out

@@ -8,24 +8,34 @@ past the window's end, so late samples still count and a backlog replays exactly
 it ran; a job whose hosts all fall silent is no longer evaluated: silence is the hang
 detector's business) the last ``window_s`` seconds of every host are put on a
 1-second grid by timestamp (the last sample at or before each point, if at most
-``max_gap_s`` old), normalised per metric to [0, high] and scored per metric. Only
+``max_gap_s`` old), normalised per metric by ``high`` and scored. Only
 the hosts with a sample for every point are compared: a host that joined during the
 window, fell silent or has a longer gap sits the window out (nothing is invented for
 it), its continuity counts kept as they were.
 
 ``high`` is the largest value of the machines' median over the window (at least the
 metric's idle level): a scale the typical machine sets, so that one machine's burst (a
-starved rank catching up) cannot squash the others into a corner of [0, 1].
+starved rank catching up) cannot squash the others into a corner of [0, 1]. Pairwise
+scoring clips to [0, 1] (the denoisers were trained there); residual scoring keeps
+values above ``high``, or a host rising above a level every other host holds would
+equal them after the clip.
 
-Continuity is counted across evaluations per (metric, host); the first metric in
-priority order that confirms a host names it. A host's episode opens with one firing
-alert and closes with one resolved alert after ``resolve_after`` evaluations without
-confirmation (a host that stopped reporting is not confirmed either; its resolved
-alert says so). See ``docs/minder.md``.
+Residual scoring (the default, ``docs/minder.md``, "Residual scoring on the live
+stream"): per host and metric, the RMS over the window of its peer residual (value
+minus the hosts' median) standardised by the host's own usual residual, learnt from
+the stream (``residual.LiveBaselines``); the host is a candidate when the mean over
+the metrics it is warm in exceeds ``threshold``.
+
+Continuity is counted across evaluations per host (residual scoring) or per (metric,
+host), the first metric in priority order that confirms a host naming it (pairwise). A
+host's episode opens with one firing alert and closes with one resolved alert after
+``resolve_after`` evaluations without confirmation (a host that stopped reporting is
+not confirmed either; its resolved alert says so). See ``docs/minder.md``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections import deque
@@ -37,8 +47,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rankwatch.schemas.tables import table_row
-from rankwatch.streams.minder.detector import MinderConfig, MinderModel, metric_scores
+from rankwatch.streams.minder.detector import FUSED, MinderConfig, MinderModel, metric_scores
 from rankwatch.streams.minder.grid import align_on_times
+from rankwatch.streams.minder.peers import peer_deviation
+from rankwatch.streams.minder.residual import LiveBaselines, window_summaries
 
 NS = 1_000_000_000
 # Below these levels a metric counts as idle: its bound never drops under them, so
@@ -56,6 +68,10 @@ IDLE_LEVELS = (
     (re.compile(r"_ps$|_pps$"), 10.0),  # events per second
     (re.compile(r"bytes$"), 1e6),
 )
+
+
+FUSED_ROW = "fused"
+"""The ``machine_scores`` metric of a host's fused residual score."""
 
 
 def covers(times: NDArray[np.int64], grid: NDArray[np.int64], max_age: int) -> bool:
@@ -85,6 +101,25 @@ class OnlineConfig:
     max_gap_s: int = 5
     """A host's sample stands for the grid points up to this long after it; a point
     with no sample that recent is missing and the host sits the window out."""
+    scoring: str = "residual"
+    """"residual": each host's peer residual against its own usual one, learnt from the
+    stream, fused over metrics (``docs/minder.md``, "Residual scoring on the live
+    stream"); "pairwise": the paper's per-metric score, first confirming metric names
+    the host."""
+    fuse_metrics: int = 0
+    """Residual scoring: how many metrics in priority order are fused (0: all)."""
+    single_threshold: float = 0.0
+    """Residual scoring: a host is also a candidate when one metric alone scores above
+    this (0: never; only the fused mean counts)."""
+    warmup: int = 4
+    """Residual scoring: admitted windows before a host is scored in a metric."""
+    lag: int = 2
+    """Residual scoring: windows before a window's summary may enter the baseline."""
+    history: int = 32
+    """Residual scoring: admitted windows kept per host and metric."""
+    normalise: bool = True
+    """Scale each metric by the typical host's level (at least its idle level); False
+    for values already in [0, 1] (a replayed labelled group)."""
 
 
 @dataclass
@@ -115,6 +150,9 @@ class JobMonitor:
         self.next_end_ns: int | None = None
         self.newest_ns = 0
         self.late = 0
+        self.baselines = LiveBaselines(
+            history=config.history, warmup=config.warmup, lag=config.lag, floor=config.floor
+        )
 
     def add(self, host: str, ts_ns: int, metrics: Mapping[str, float]) -> None:
         if self.next_end_ns is not None and ts_ns < self.next_end_ns - self.config.window_s * NS:
@@ -169,7 +207,11 @@ class JobMonitor:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a metric missing everywhere
             typical = np.nan_to_num(np.nanmax(np.nanmedian(x, axis=0), axis=0))  # (K,)
+        if not self.config.normalise:
+            return hosts, metrics, x
         high = np.maximum(typical, [idle_level(k) for k in metrics])
+        if self.config.scoring == "residual":
+            return hosts, metrics, np.maximum(x / high, 0.0)  # above the typical: kept
         return hosts, metrics, np.clip(x / high, 0.0, 1.0)
 
     def _model_for(self, metrics: list[str]) -> MinderModel:
@@ -190,6 +232,11 @@ class JobMonitor:
             return
         hosts, metrics, x = window
         model = self._model_for(metrics)
+        if self.config.scoring == "residual":
+            self._evaluate_residual(end_ns, hosts, metrics, model, x, out)
+            return
+        if self.config.scoring != "pairwise":
+            raise ValueError(f"unknown scoring {self.config.scoring!r}")
         cfg = self.config
         detector = MinderConfig(window=cfg.window_s, stride=cfg.window_s, floor=cfg.floor)
         scores = metric_scores(x, model, detector)[:, 0, :]  # (K, M)
@@ -215,6 +262,63 @@ class JobMonitor:
                     ),
                 )  # fmt: skip
         self._episodes(named, set(hosts), end_ns, out)
+
+    def _evaluate_residual(
+        self,
+        end_ns: int,
+        hosts: list[str],
+        metrics: list[str],
+        model: MinderModel,
+        x_MTK: np.ndarray,
+        out: MonitorOutput,
+    ) -> None:
+        """Residual scoring: per host and metric, the RMS over the window of its peer
+        residual standardised by its own baseline; the host's fused score is the mean
+        over the fused metrics it is warm in."""
+        cfg, base = self.config, self.baselines
+        r_MTK = np.stack([peer_deviation(x_MTK[:, :, k]) for k in range(len(metrics))], axis=2)
+        med_MK, mad_MK = window_summaries(r_MTK)
+        loc_MK, scale_MK = base.levels(hosts, metrics)
+        order = model.order()
+        fused_k = np.array(sorted(order[: cfg.fuse_metrics] if cfg.fuse_metrics else order))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NaN: warming up, or lacking
+            z = (r_MTK - loc_MK[:, None, :]) / scale_MK[:, None, :]
+            s_MK = np.sqrt(np.mean(z * z, axis=1))[:, fused_k]  # NaN where not scored
+            fused_M = np.nanmean(s_MK, axis=1)  # over the metrics each host is warm in
+        threshold = model.thresholds.get(FUSED, cfg.threshold)
+        top_M = np.argmax(np.nan_to_num(s_MK, nan=-np.inf), axis=1)
+        top_score_M = s_MK[np.arange(len(hosts)), top_M] if fused_k.size else fused_M
+        hit_M = (fused_M > threshold) | (
+            (cfg.single_threshold > 0) & (top_score_M > cfg.single_threshold)
+        )
+        named: dict[str, tuple[str, float]] = {}
+        candidates: set[str] = set()
+        fused_names = [metrics[k] for k in fused_k]
+        scored_rows = s_MK.tolist()  # plain floats: the loop below runs once per host
+        for m in np.flatnonzero(np.isfinite(fused_M)).tolist():
+            host, fused, hit = hosts[m], float(fused_M[m]), bool(hit_M[m])
+            run = self.runs.get((FUSED, host), 0) + 1 if hit else 0
+            self.runs[(FUSED, host)] = run  # a host not scored keeps its count
+            if hit:
+                candidates.add(host)
+            if run >= cfg.continuity:
+                named[host] = (fused_names[int(top_M[m])], fused)
+            for name, score in zip(fused_names, scored_rows[m], strict=True):
+                if not math.isnan(score):  # warm in this metric
+                    out.add("machine_scores", self._score_row(host, end_ns, name, score, hit))
+            out.add("machine_scores", self._score_row(host, end_ns, FUSED_ROW, fused, hit))
+        self._episodes(named, set(hosts), end_ns, out)
+        index = end_ns // (cfg.stride_s * NS)
+        base.observe(index, hosts, metrics, med_MK, mad_MK, candidates, set(self.episodes))
+
+    def _score_row(
+        self, host: str, end_ns: int, metric: str, score: float, hit: bool
+    ) -> dict[str, Any]:
+        return table_row(
+            "machine_scores", job=self.job, host=host, time=end_ns,
+            metric=metric, score=score, candidate=int(hit),
+        )  # fmt: skip
 
     def _episodes(
         self,
@@ -260,10 +364,17 @@ class JobMonitor:
         )
 
     def _alert(self, ep: Episode, now_ns: int, firing: bool, gone: bool = False) -> dict[str, Any]:
-        summary = (
-            f"machine {ep.host} of job {self.job} drifts from the others in {ep.metric} "
-            f"(score {ep.score:.1f}) since {self.config.continuity} windows"
-        )
+        if self.config.scoring == "residual":
+            summary = (
+                f"machine {ep.host} of job {self.job} has left its usual place among the "
+                f"others (score {ep.score:.1f} over its metrics, most in {ep.metric}) "
+                f"since {self.config.continuity} windows"
+            )
+        else:
+            summary = (
+                f"machine {ep.host} of job {self.job} drifts from the others in {ep.metric} "
+                f"(score {ep.score:.1f}) since {self.config.continuity} windows"
+            )
         return {
             "schema": "alerts",
             "version": 1,

@@ -148,6 +148,7 @@ def holdout_dir(
     train: TrainConfig,
     minutes_per_point: float,
     fa_budget: float | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
     """Train on every server's train split, pick settings on the servers not in
     ``held_out`` and score the held-out ones (``rankwatch.streams.minder.holdout``)."""
@@ -167,7 +168,7 @@ def holdout_dir(
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
     model = train_model(group.train_MTK, group.metrics, train)
     ppd = 24 * 60 / minutes_per_point
-    out = holdout_study(group, model, config, dev, held, ppd, fa_budget)
+    out = holdout_study(group, model, config, dev, held, ppd, fa_budget, live)
     for result in out.values():
         for seg in result.get("held_out_segments", []) if isinstance(result, dict) else []:
             seg["server"] = names[seg["server"]]
@@ -179,7 +180,11 @@ def holdout_dir(
 
 
 def rotation_dir(
-    directory: Path, train: TrainConfig, minutes_per_point: float, fa_budget: float | None = None
+    directory: Path,
+    train: TrainConfig,
+    minutes_per_point: float,
+    fa_budget: float | None = None,
+    live: bool = False,
 ) -> dict[str, Any]:
     """Train on every server's train split, hold out each server in turn and pool
     (``rankwatch.streams.minder.holdout.rotation_study``)."""
@@ -190,9 +195,9 @@ def rotation_dir(
     group, names = load_group(directory)
     config = MinderConfig(window=train.window, stride=max(train.window // 2, 1))
     model = train_model(group.train_MTK, group.metrics, train)
-    out = rotation_study(group, model, config, 24 * 60 / minutes_per_point, fa_budget)
+    out = rotation_study(group, model, config, 24 * 60 / minutes_per_point, fa_budget, live)
     for result in out.values():
-        for seg in result["held_out_segments"]:
+        for seg in result.get("held_out_segments", []):
             seg["server"] = names[seg["server"]]
     out["held_out_servers"] = names
     out["training"] = {"epochs": train.epochs, "window": train.window, "seed": train.seed}

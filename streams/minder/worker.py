@@ -12,10 +12,11 @@ State that survives a restart (docs/detection.md, "After a restart"): a message 
 acknowledged (so its offset may be committed) only once a stored snapshot covers it,
 i.e. its sample is older than the end of a window its monitor evaluated (or it was a
 dead letter or too late to count). A job first met is recalled from its latest snapshot
-(continuity counts, open episodes, the samples the next windows still need, where the
-next window ends); the messages after it are read again from the committed offset, so
-the windows evaluated after a restart are those an uninterrupted run evaluated. Alert
-states stored but not recorded as sent are sent again.
+(continuity counts, open episodes, each host's residual baseline, the samples the next
+windows still need, where the next window ends); the messages after it are read again
+from the committed offset, so the windows evaluated after a restart are those an
+uninterrupted run evaluated. Alert states stored but not recorded as sent are sent
+again.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
+from rankwatch.streams.minder.residual import LiveBaselines
 from rankwatch.streams.minder.serial import model_from_arrays
 
 log = logging.getLogger("rankwatch.minder")
@@ -77,6 +79,7 @@ def monitor_state(monitor: JobMonitor, evaluated_end_ns: int) -> dict[str, Any]:
             host: [[t, dict(m)] for t, m in q if t <= evaluated_end_ns]
             for host, q in monitor.samples.items()
         },
+        "baselines": monitor.baselines.to_state(),
     }
 
 
@@ -88,6 +91,19 @@ def restore_monitor(monitor: JobMonitor, state: dict[str, Any]) -> None:
     monitor.samples = {
         host: deque((int(t), m) for t, m in rows) for host, rows in state["samples"].items() if rows
     }
+    if "baselines" in state:  # a snapshot stored before residual scoring: warm up again
+        try:
+            monitor.baselines.restore(state["baselines"])
+        except (ValueError, KeyError, TypeError) as exc:  # another history length, say
+            log.warning(
+                "job %s: stored baselines not usable (%s): hosts warm up again", monitor.job, exc
+            )
+            monitor.baselines = LiveBaselines(
+                history=monitor.config.history,
+                warmup=monitor.config.warmup,
+                lag=monitor.config.lag,
+                floor=monitor.config.floor,
+            )
 
 
 def load_model(path: str) -> MinderModel | None:

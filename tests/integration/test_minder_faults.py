@@ -45,7 +45,7 @@ import pytest
 
 from rankwatch.agent import Agent, AgentConfig, ProcessSampler
 from rankwatch.schemas.codec import decode
-from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
+from rankwatch.streams.minder.online import FUSED_ROW, NS, JobMonitor, OnlineConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RANK = Path(__file__).with_name("minder_rank_proc.py")
@@ -220,9 +220,17 @@ class LabRun:
     alive: bool = True
     throttled_s: float = 0.0
     """How long the starved cgroup was held back by its quota."""
+    fused: list[tuple[int, str, float]] = field(default_factory=list)
+    """(window end ns, host, fused score) of every scored window (residual scoring)."""
 
-    def firing(self) -> list[dict[str, Any]]:
-        return [a for a in self.alerts if a["state"] == "firing"]
+    def healthy_peak(self, faults: tuple[tuple[int, int, int, str], ...]) -> float:
+        """The highest fused score of a rank no fault was injected into: the margin to
+        the threshold that the healthy ranks kept."""
+        faulted = {f"rank{rank}" for _, _, rank, _ in faults}
+        return max(
+            (score for _, host, score in self.fused if host not in faulted),
+            default=float("nan"),
+        )
 
     def summary(self, start_ns: int) -> list[tuple[float, str, str, str]]:
         return [
@@ -259,19 +267,31 @@ def run_lab(faults: tuple[tuple[int, int, int, str], ...], end_s: int) -> tuple[
                 run.injected_ns[fault] = (time.time_ns(), 0) if on else (was[0], time.time_ns())
             for agent in agents:
                 agent.tick(time.time_ns())  # each sample stamped when it was taken
-            run.alerts += monitor.evaluate().alerts
+            out = monitor.evaluate()
+            run.alerts += out.alerts
+            run.fused += [
+                (r["time"], r["host"], r["score"])
+                for r in out.rows.get("machine_scores", [])
+                if r["metric"] == FUSED_ROW
+            ]
         run.alive = all(p.poll() is None for p in procs)
         run.throttled_s = throttled_s(cgroup / "starved")
     return run, start_ns
 
 
-def record(artifacts_dir: Path, run: LabRun, start_ns: int) -> list[tuple[float, str, str, str]]:
+def record(
+    artifacts_dir: Path,
+    run: LabRun,
+    start_ns: int,
+    faults: tuple[tuple[int, int, int, str], ...] = (),
+) -> list[tuple[float, str, str, str]]:
     summary = run.summary(start_ns)
     injected = {f: [(t - start_ns) / NS for t in ts] for f, ts in run.injected_ns.items()}
+    peak = run.healthy_peak(faults)
     (artifacts_dir / "events.json").write_text(
-        json.dumps({"alerts": summary, "injected_s": injected}, indent=1)
+        json.dumps({"alerts": summary, "injected_s": injected, "healthy_peak": peak}, indent=1)
     )
-    print("minder fault injection:", summary, injected)
+    print("minder fault injection:", summary, injected, f"healthy peak fused score {peak:.2f}")
     return summary
 
 
@@ -280,7 +300,7 @@ def test_injected_faults_name_the_right_process(artifacts_dir: Path) -> None:
     if why:
         pytest.skip(why)
     run, start_ns = run_lab(FAULTS, END_S)
-    summary = record(artifacts_dir, run, start_ns)
+    summary = record(artifacts_dir, run, start_ns, FAULTS)
     assert run.alive, "a rank died"
     cpu_s = FAULTS[0][1] - FAULTS[0][0]
     assert run.throttled_s > cpu_s / 2, f"the CPU quota held rank 1 back {run.throttled_s:.1f} s"

@@ -52,6 +52,19 @@ def test_train_then_detect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert len(planted) >= 5 and len(planted) > len(hits) / 2, lines
 
 
+def test_detect_live_replays_the_group_through_the_live_monitor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = write_group(tmp_path)
+    assert main(["minder", "detect", str(group), "--live"]) == 0
+    hits = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert hits and {h[0] for h in hits} == {"omi-3"}  # the planted drift, nothing else
+    first = [int(p) for p in hits[0][1].removeprefix("points ").split("-")]
+    assert first[1] >= 80 and first[0] < 130  # inside the drift (points 80-129)
+    assert main(["minder", "detect", str(group)]) == 2
+    assert "needs --model" in capsys.readouterr().err
+
+
 def test_bad_directory_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["minder", "eval", str(tmp_path)]) == 2
     assert "no omi-*.npz" in capsys.readouterr().err
@@ -85,4 +98,34 @@ def test_rotate_holds_out_each_server_in_turn(
         assert out[name]["held_out"]["segments"] == 1
     plain = ["minder", "eval", str(group), "--fa-budget", "1", "--epochs", "1"]
     assert main(plain) == 2
+    assert "add --holdout or --rotate" in capsys.readouterr().err
+
+
+def test_holdout_with_the_live_monitor_and_bootstrap_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    group = write_group(tmp_path)
+    args = ["minder", "eval", str(group), "--holdout", "omi-3,omi-4", "--epochs", "1", "--live"]
+    assert main([*args, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    live = out["minder_live"]
+    assert set(live["chosen"]) == {"threshold", "continuity"}
+    assert live["held_out"]["segments"] == 1  # omi-3's planted drift
+    assert [s["server"] for s in live["held_out_segments"]] == ["omi-3"]
+    pairs = out["comparisons"]
+    names = ("minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise")
+    assert set(pairs) == {f"{n}_vs_baseline" for n in names} | {
+        "minder_live_vs_minder_live_pairwise"
+    }
+    assert set(out["minder_live_pairwise"]["chosen"]) == {"threshold", "continuity"}
+    for c in pairs.values():
+        for key in ("segments_detected", "detect_minutes_median", "false_alarms_per_machine_day"):
+            lo, hi = c[key]["ci95"]
+            assert lo <= hi
+        assert c["bootstrap"]["unit"] == "server-day"
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "minder_live" in text and "paired bootstrap over server-days" in text
+    assert main(["minder", "eval", str(group), "--live", "--epochs", "1"]) == 2
     assert "add --holdout or --rotate" in capsys.readouterr().err
