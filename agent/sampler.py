@@ -83,8 +83,12 @@ class HostSampler(_Sampler):
         rate = self.rates.update(now_ns, {k: v for k, v in raw.items() if k != "loadavg.load1"})
         out: dict[str, float] = {}
         if rate.get("stat.total"):
-            out["cpu_util"] = 100.0 * rate.get("stat.busy", 0.0) / rate["stat.total"]
-            out["cpu_iowait"] = 100.0 * rate.get("stat.iowait", 0.0) / rate["stat.total"]
+            # iowait (and with it the total) may go backwards (proc(5): "not reliable"),
+            # so over a short interval busy can outgrow the total: bounded to [0, 100]
+            busy = min(rate.get("stat.busy", 0.0), rate["stat.total"])
+            out["cpu_util"] = 100.0 * busy / rate["stat.total"]
+            iowait = min(rate.get("stat.iowait", 0.0), rate["stat.total"] - busy)
+            out["cpu_iowait"] = 100.0 * iowait / rate["stat.total"]
         if "loadavg.load1" in raw:
             out["load1"] = raw["loadavg.load1"]
         if raw.get("meminfo.mem_total_bytes"):

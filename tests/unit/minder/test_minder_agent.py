@@ -80,6 +80,25 @@ def test_host_sampler_turns_counters_into_rates() -> None:
     assert s.errors == 6  # meminfo, diskstats, netstat missing twice: dropped, not fatal
 
 
+def test_cpu_shares_stay_within_0_and_100_when_iowait_goes_back() -> None:
+    """proc(5): iowait "may decrease". Over 0.2 s the busy jiffies then outgrow the
+    total (busy + idle + iowait): cpu_util read over 100 and failed a real-host test once."""
+    files = {"/p/stat": "cpu  100 0 0 800 60 0 0 0\n"}
+
+    def read(path: str) -> str:
+        if path not in files:
+            raise FileNotFoundError(path)
+        return files[path]
+
+    s = HostSampler(root="/p", read=read)
+    s.sample(0)
+    files["/p/stat"] = "cpu  110 0 0 808 40 0 0 0\n"  # busy +10, idle +8, iowait -20
+    assert "cpu_util" not in s.sample(NS_PER_S // 5)  # the total went back: no rate at all
+    files["/p/stat"] = "cpu  120 0 0 810 35 0 0 0\n"  # busy +10, idle +2, iowait -5
+    out = s.sample(2 * NS_PER_S // 5)
+    assert out["cpu_util"] == 100.0 and out["cpu_iowait"] == 0.0
+
+
 def test_message_is_a_valid_metrics_message() -> None:
     msg = metrics_message("job", "h", 5, {"a": 1.0, "b": float("nan"), "bad name": 2.0})
     assert msg["metrics"] == {"a": 1.0}
