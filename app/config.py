@@ -132,8 +132,9 @@ class MinderWorkerConfig:
     """Consecutive windows a machine must stand out in before it is called faulty."""
     threshold: float = OnlineConfig.threshold
     scoring: str = OnlineConfig.scoring
-    """"residual" (each host against its own usual place among its peers, learnt from
-    the stream) or "pairwise" (the paper's); docs/minder.md."""
+    """"pairwise" (the paper's; the default) or "residual" (each host against its own
+    usual place among its peers, learnt from the stream; see docs/minder.md for why it
+    is not the default)."""
     model: str = ""
     """MODEL.npz from ``rankwatch minder train`` (empty: no denoising, default order)."""
     status_file: str = ""

@@ -288,7 +288,7 @@ def _detect_live(args: argparse.Namespace) -> int:
 
     group, names = _load(args.dir)
     window, stride = 8, 4  # as the offline study: 8 points, every 4
-    config = OnlineConfig(threshold=args.threshold, continuity=args.continuity)
+    config = OnlineConfig(threshold=args.threshold, continuity=args.continuity, scoring="residual")
     reported = replay_group(group, names, config, window, stride)
     starts = window_starts(group.test_MTK.shape[1], window, stride)
     for n, m in zip(*np.nonzero(reported), strict=True):

@@ -193,8 +193,8 @@ def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[C
 def live_predictions(
     group: Group, config: MinderConfig, base: OnlineConfig | None = None
 ) -> dict[tuple[str, float, int], Bool]:
-    """The live monitor replayed over the group (``replay``) with each scoring (residual,
-    its default; pairwise, the paper's) at every setting of its grid: (scoring,
+    """The live monitor replayed over the group (``replay``) with each scoring (residual;
+    pairwise, the paper's and the worker's default) at every setting of its grid: (scoring,
     threshold, continuity) -> (N, M) reports on the test windows. No label is read."""
     hosts = [f"server{m}" for m in range(group.test_MTK.shape[0])]
     online = base or OnlineConfig()

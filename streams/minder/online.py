@@ -20,7 +20,7 @@ scoring clips to [0, 1] (the denoisers were trained there); residual scoring kee
 values above ``high``, or a host rising above a level every other host holds would
 equal them after the clip.
 
-Residual scoring (the default, ``docs/minder.md``, "Residual scoring on the live
+Residual scoring (an option, ``docs/minder.md``, "Residual scoring on the live
 stream"): per host and metric, the RMS over the window of its peer residual (value
 minus the hosts' median) standardised by the host's own usual residual, learnt from
 the stream (``residual.LiveBaselines``); the host is a candidate when the mean over
@@ -101,11 +101,13 @@ class OnlineConfig:
     max_gap_s: int = 5
     """A host's sample stands for the grid points up to this long after it; a point
     with no sample that recent is missing and the host sits the window out."""
-    scoring: str = "residual"
-    """"residual": each host's peer residual against its own usual one, learnt from the
-    stream, fused over metrics (``docs/minder.md``, "Residual scoring on the live
-    stream"); "pairwise": the paper's per-metric score, first confirming metric names
-    the host."""
+    scoring: str = "pairwise"
+    """"pairwise" (the default): the paper's per-metric score, first confirming metric
+    names the host; "residual": each host's peer residual against its own usual one,
+    learnt from the stream, fused over metrics (``docs/minder.md``, "Residual scoring on
+    the live stream"). Residual scoring is not the default: a phase every host goes
+    through together (a checkpoint, an evaluation) makes every host fire
+    (``docs/minder.md``, "Known limits of live residual scoring")."""
     fuse_metrics: int = 0
     """Residual scoring: how many metrics in priority order are fused (0: all)."""
     single_threshold: float = 0.0
