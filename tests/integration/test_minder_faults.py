@@ -223,6 +223,9 @@ class LabRun:
     fused: list[tuple[int, str, float]] = field(default_factory=list)
     """(window end ns, host, fused score) of every scored window (residual scoring)."""
 
+    def firing(self) -> list[dict[str, Any]]:
+        return [a for a in self.alerts if a["state"] == "firing"]
+
     def healthy_peak(self, faults: tuple[tuple[int, int, int, str], ...]) -> float:
         """The highest fused score of a rank no fault was injected into: the margin to
         the threshold that the healthy ranks kept."""
