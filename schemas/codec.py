@@ -110,28 +110,11 @@ def encode_ops(
     if version in frame.binary_versions():
         return _encode_frame(batch, version, max_bytes)
     rules = _ops_rules(version)
-    header = {name: _plain(getattr(batch, name)) for name in HEADER_FIELDS}
-    message: dict[str, Any] = {"schema": "ops", "version": rules.version, **header}
-    if batch.steps_done:
-        message["steps_done"] = [
-            {"step": _plain(s), "n_ops": _plain(n)} for s, n in batch.steps_done
-        ]
-    if batch.rank_steps:
-        message["rank_steps"] = list(batch.rank_steps)
-        _check_finite(message["rank_steps"], "$.rank_steps")
+    message = _batch_header(batch, rules.version)
     _validate(rules.header, message)
     groups: dict[str, dict[str, Any]] = {group: {} for group in cols.GROUPS}
-    lengths = {}
-    for spec in rules.specs:
-        raw = getattr(batch, spec.name)
-        if raw is None:
-            if spec.group == "ops":
-                raise InvalidMessage("schema", f"{spec.path}: required column is None")
-            continue
-        column = cols.check_column(spec, np.asarray(raw))
-        lengths[spec.path] = column.shape[0]
+    for spec, column in _checked_columns(batch, rules):
         groups[spec.group][spec.name] = _json_column(spec, column)
-    _check_lengths(lengths, rules.max_items)
     message["ops"] = groups["ops"]
     if groups["extra"]:
         message["extra"] = groups["extra"]
@@ -267,9 +250,48 @@ _TEXT_FIELDS = frozenset({"job", "host"})
 def _encode_frame(batch: OpBatch, version: int, max_bytes: int) -> bytes:
     rules = _ops_rules(version)
     lay = frame.layout(version)
+    blocks, extras, strings = {}, [], {}
+    for spec, checked in _checked_columns(batch, rules):
+        column = checked
+        if spec.type == "string" and spec.enum is None:
+            index: dict[str, int] = {}  # (numpy's fixed-width strings drop trailing NULs)
+            codes = (index.setdefault(v, len(index)) for v in checked.tolist())
+            column = np.fromiter(codes, np.int64, len(checked))
+            strings[spec.name] = list(index)
+        if spec.group != "ops":
+            extras.append(spec.name)
+        blocks[spec.name] = column.astype(lay.dtypes[spec.name], copy=False)
+    header = _batch_header(
+        batch, version, records=len(batch), extra_columns=extras or None, strings=strings or None
+    )
+    _validate(rules.header, header)
+    data = frame.pack(_dumps(header, max_bytes), blocks, lay)
+    _check_size(data, max_bytes)
+    return data
+
+
+def _batch_header(batch: OpBatch, version: int, **between: Any) -> dict[str, Any]:
+    """A batch's scalar fields, then ``between`` (a frame's record count and column
+    lists; None is left out), then ``steps_done`` and ``rank_steps``: the same in JSON
+    and in a frame's header, in the order the hooks write them (their frames equal the
+    codec's, byte for byte)."""
     header: dict[str, Any] = {"schema": "ops", "version": version}
     header.update((name, _plain(getattr(batch, name))) for name in HEADER_FIELDS)
-    blocks, lengths, extras, strings = {}, {}, [], {}
+    header.update((key, value) for key, value in between.items() if value is not None)
+    if batch.steps_done:
+        header["steps_done"] = [
+            {"step": _plain(s), "n_ops": _plain(n)} for s, n in batch.steps_done
+        ]
+    if batch.rank_steps:
+        header["rank_steps"] = list(batch.rank_steps)
+        _check_finite(header["rank_steps"], "$.rank_steps")
+    return header
+
+
+def _checked_columns(batch: OpBatch, rules: _OpsRules) -> list[tuple[cols.ColumnSpec, np.ndarray]]:
+    """The batch's columns present, each checked against its item rules, in schema
+    order, all of one length; a required column missing is refused."""
+    out, lengths = [], {}
     for spec in rules.specs:
         raw = getattr(batch, spec.name)
         if raw is None:
@@ -278,32 +300,9 @@ def _encode_frame(batch: OpBatch, version: int, max_bytes: int) -> bytes:
             continue
         column = cols.check_column(spec, np.asarray(raw))
         lengths[spec.path] = column.shape[0]
-        if spec.type == "string" and spec.enum is None:
-            index: dict[str, int] = {}  # (numpy's fixed-width strings drop trailing NULs)
-            column = np.fromiter(
-                (index.setdefault(v, len(index)) for v in column.tolist()), np.int64, len(column)
-            )
-            strings[spec.name] = list(index)
-        if spec.group != "ops":
-            extras.append(spec.name)
-        blocks[spec.name] = column.astype(lay.dtypes[spec.name], copy=False)
+        out.append((spec, column))
     _check_lengths(lengths, rules.max_items)
-    header["records"] = len(batch)
-    if extras:
-        header["extra_columns"] = extras
-    if strings:
-        header["strings"] = strings
-    if batch.steps_done:
-        header["steps_done"] = [
-            {"step": _plain(s), "n_ops": _plain(n)} for s, n in batch.steps_done
-        ]
-    if batch.rank_steps:
-        header["rank_steps"] = list(batch.rank_steps)
-        _check_finite(header["rank_steps"], "$.rank_steps")
-    _validate(rules.header, header)
-    data = frame.pack(_dumps(header, max_bytes), blocks, lay)
-    _check_size(data, max_bytes)
-    return data
+    return out
 
 
 def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBatch:
