@@ -420,6 +420,13 @@ def main() -> int:
         default=BatchingRule().window_s,
         help="the hooks' batching window (0: one message per rank and step, as before ops v3)",
     )
+    parser.add_argument(
+        "--partial-s",
+        type=float,
+        default=BatchingRule().partial_s,
+        help="how long records of a running step wait before they leave without its end "
+        "(the hooks' partial_flush_s; ops v2's hooks used 0.5)",
+    )
     parser.add_argument("--ops-version", type=int, default=3, choices=(2, 3))
     parser.add_argument(
         "--cases",
@@ -448,7 +455,7 @@ def main() -> int:
     else:
         print(f"skipped: {DATA} is absent")
         return 0
-    scale, rule = args.time_scale, BatchingRule(window_s=args.window_s)
+    scale, rule = args.time_scale, BatchingRule(window_s=args.window_s, partial_s=args.partial_s)
     one = list(replay_repeated(trace, meta, "bench", time.time_ns(), 1, rule, scale))
     results: dict[str, Any] = {"trace": args.trace, "job": _job_shape(trace, one, scale)}
     if args.trace == "GEN":
