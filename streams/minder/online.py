@@ -72,6 +72,10 @@ IDLE_LEVELS = (
 
 FUSED_ROW = "fused"
 """The ``machine_scores`` metric of a host's fused residual score."""
+SCORE_CAP = 1e6
+"""Residual scores are capped here, far past any threshold: a value near the float
+limit (which a sample may carry) would otherwise square to infinity, and an infinite
+score would be left out as not finite, hiding the very host that stands out most."""
 
 
 def covers(times: NDArray[np.int64], grid: NDArray[np.int64], max_age: int) -> bool:
@@ -152,8 +156,17 @@ class JobMonitor:
         self.next_end_ns: int | None = None
         self.newest_ns = 0
         self.late = 0
-        self.baselines = LiveBaselines(
-            history=config.history, warmup=config.warmup, lag=config.lag, floor=config.floor
+        self.baselines = self.fresh_baselines()
+
+    def fresh_baselines(self) -> LiveBaselines:
+        """Residual scoring's baselines, empty: every host warms up."""
+        cfg = self.config
+        return LiveBaselines(
+            history=cfg.history,
+            warmup=cfg.warmup,
+            lag=cfg.lag,
+            floor=cfg.floor,
+            stride_ns=cfg.stride_s * NS,
         )
 
     def add(self, host: str, ts_ns: int, metrics: Mapping[str, float]) -> None:
@@ -287,6 +300,7 @@ class JobMonitor:
             warnings.simplefilter("ignore", RuntimeWarning)  # NaN: warming up, or lacking
             z = (r_MTK - loc_MK[:, None, :]) / scale_MK[:, None, :]
             s_MK = np.sqrt(np.mean(z * z, axis=1))[:, fused_k]  # NaN where not scored
+            s_MK = np.minimum(s_MK, SCORE_CAP)  # NaN stays NaN
             fused_M = np.nanmean(s_MK, axis=1)  # over the metrics each host is warm in
         threshold = model.thresholds.get(FUSED, cfg.threshold)
         top_M = np.argmax(np.nan_to_num(s_MK, nan=-np.inf), axis=1)

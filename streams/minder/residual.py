@@ -118,6 +118,9 @@ class LiveBaselines:
     warmup: int = 4
     lag: int = 2
     floor: float = 0.02
+    stride_ns: int = 0
+    """The stride of the window grid the indices count (a window's index is its end //
+    ``stride_ns``): rings stored under another stride do not fit (:meth:`restore`)."""
     metrics: list[str] = field(default_factory=list)
     """The ring's metric columns, in order of first appearance."""
     slots: dict[str, int] = field(default_factory=dict)
@@ -244,6 +247,7 @@ class LiveBaselines:
         """JSON-ready (NaN as None): each host's ring rows in storage order, with its
         write count (the medians do not depend on the order)."""
         return {
+            "stride_ns": self.stride_ns,
             "metrics": list(self.metrics),
             "rings": {
                 h: {
@@ -263,7 +267,13 @@ class LiveBaselines:
 
     def restore(self, state: dict[str, Any]) -> None:
         """Back to a stored state; ValueError if it does not fit this configuration
-        (rings of another ``history``): the caller then warms up afresh."""
+        (rings of another ``history``, or windows counted in another stride, whose
+        pending ones would never come due): the caller then warms up afresh."""
+        empty = not state["rings"] and not state["pending"]  # pairwise scoring's
+        if not empty and state.get("stride_ns") != self.stride_ns:
+            raise ValueError(
+                f"stored windows count strides of {state.get('stride_ns')} ns, not {self.stride_ns}"
+            )
         if any(len(r["meds"]) != self.history for r in state["rings"].values()):
             raise ValueError(f"stored rings are not {self.history} windows long")
         k = len(state["metrics"])

@@ -44,7 +44,6 @@ from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, Episode, JobMonitor, MonitorOutput, OnlineConfig
-from rankwatch.streams.minder.residual import LiveBaselines
 from rankwatch.streams.minder.serial import model_from_arrays
 
 log = logging.getLogger("rankwatch.minder")
@@ -98,12 +97,7 @@ def restore_monitor(monitor: JobMonitor, state: dict[str, Any]) -> None:
             log.warning(
                 "job %s: stored baselines not usable (%s): hosts warm up again", monitor.job, exc
             )
-            monitor.baselines = LiveBaselines(
-                history=monitor.config.history,
-                warmup=monitor.config.warmup,
-                lag=monitor.config.lag,
-                floor=monitor.config.floor,
-            )
+            monitor.baselines = monitor.fresh_baselines()
 
 
 def load_model(path: str) -> MinderModel | None:

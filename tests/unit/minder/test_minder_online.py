@@ -352,3 +352,42 @@ def test_the_default_raises_nothing_when_every_host_goes_idle_together() -> None
 )
 def test_residual_scoring_raises_nothing_when_every_host_goes_idle_together() -> None:
     assert _phase_alerts(OnlineConfig(scoring="residual")) == []
+
+
+def test_stored_baselines_of_another_stride_warm_up_again() -> None:
+    """Baselines count windows by end // stride: a snapshot taken under a 15-s stride,
+    restored by a worker using 30 s, would hold pending windows that never come due
+    (nothing admitted again, the pending list growing by one a window). The worker
+    warms up afresh instead, and its pending list stays ``lag`` windows long."""
+    fine = replace(CONFIG, stride_s=15)
+    first = JobMonitor("job", fine)
+    feed(first, 400)
+    assert first.next_end_ns is not None and first.baselines.pending
+    end = first.next_end_ns - fine.stride_s * NS
+    state = orjson.loads(orjson.dumps(monitor_state(first, end), option=orjson.OPT_SERIALIZE_NUMPY))
+    second = JobMonitor("job", CONFIG)
+    restore_monitor(second, state)
+    assert second.baselines.slots == {} and second.baselines.pending == []
+    feed(_After(second, end), 900)
+    assert len(second.baselines.pending) <= CONFIG.lag
+    assert set(second.baselines.slots) == {f"host{h}" for h in range(8)}
+
+
+def test_a_value_near_the_float_limit_names_its_host() -> None:
+    """A sample of 1.7e308 (a number the schema accepts) squares to infinity: the
+    host's score is capped, not dropped as not finite, so the host is named."""
+    monitor, alerts = JobMonitor("job", CONFIG), []
+    rng = np.random.default_rng(3)
+    for s in range(600):
+        for h in range(8):
+            cpu = 60 + rng.normal(0, 1.5)
+            if h == 5 and 250 <= s < 400:
+                cpu = 1.7e308
+            monitor.add(f"host{h}", T0 + s * NS, {"cpu_util": cpu, "net_rx_Bps": 1e9})
+        alerts += monitor.evaluate().alerts
+    assert [(a["state"], a["evidence"]["host"]) for a in alerts] == [
+        ("firing", "host5"),
+        ("resolved", "host5"),
+    ]
+    for a in alerts:
+        assert decode("alerts", encode("alerts", a)) == a
