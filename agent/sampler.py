@@ -26,6 +26,14 @@ def read_text(path: str) -> str:
         return f.read()
 
 
+def _percent(part: float, total: float) -> float:
+    """``part`` of ``total`` in percent, within [0, 100] as a share is. Rates are jiffies
+    over a float interval, so a fully busy interval gives 100 * r / r, which rounds to
+    100.00000000000001 for about one r in fifteen: the bound removes rounding, never a
+    measurement."""
+    return min(max(100.0 * part / total, 0.0), 100.0)
+
+
 class Rates:
     """Per-second rates of cumulative counters between two calls."""
 
@@ -82,13 +90,14 @@ class HostSampler(_Sampler):
         raw = self.raw()
         rate = self.rates.update(now_ns, {k: v for k, v in raw.items() if k != "loadavg.load1"})
         out: dict[str, float] = {}
-        if rate.get("stat.total"):
+        total = rate.get("stat.total", 0.0)
+        if total > 0:
             # iowait (and with it the total) may go backwards (proc(5): "not reliable"),
             # so over a short interval busy can outgrow the total: bounded to [0, 100]
-            busy = min(rate.get("stat.busy", 0.0), rate["stat.total"])
-            out["cpu_util"] = 100.0 * busy / rate["stat.total"]
-            iowait = min(rate.get("stat.iowait", 0.0), rate["stat.total"] - busy)
-            out["cpu_iowait"] = 100.0 * iowait / rate["stat.total"]
+            busy = min(rate.get("stat.busy", 0.0), total)
+            iowait = min(rate.get("stat.iowait", 0.0), total - busy)
+            out["cpu_util"] = _percent(busy, total)
+            out["cpu_iowait"] = _percent(iowait, total)
         if "loadavg.load1" in raw:
             out["load1"] = raw["loadavg.load1"]
         if raw.get("meminfo.mem_total_bytes"):

@@ -99,6 +99,27 @@ def test_cpu_shares_stay_within_0_and_100_when_iowait_goes_back() -> None:
     assert out["cpu_util"] == 100.0 and out["cpu_iowait"] == 0.0
 
 
+def test_a_fully_busy_interval_reads_100_not_a_rounding_step_above() -> None:
+    """Busy for the whole interval (no idle, no iowait jiffies): busy and total have
+    the same rate r, and 100 * r / r is 100.00000000000001 for about one r in fifteen,
+    here 20 jiffies over 0.200000035 s. The real-host test failed on CI so, on a box
+    kept fully busy by the suite."""
+    files = {"/p/stat": "cpu  100 0 0 800 60 0 0 0\n"}
+
+    def read(path: str) -> str:
+        if path not in files:
+            raise FileNotFoundError(path)
+        return files[path]
+
+    s = HostSampler(root="/p", read=read)
+    s.sample(0)
+    files["/p/stat"] = "cpu  120 0 0 800 60 0 0 0\n"
+    rate = 20 / 0.200000035
+    assert 100.0 * rate / rate > 100.0  # the arithmetic the sampler must not publish
+    out = s.sample(200_000_035)
+    assert out["cpu_util"] == 100.0 and out["cpu_iowait"] == 0.0
+
+
 def test_message_is_a_valid_metrics_message() -> None:
     msg = metrics_message("job", "h", 5, {"a": 1.0, "b": float("nan"), "bad name": 2.0})
     assert msg["metrics"] == {"a": 1.0}
