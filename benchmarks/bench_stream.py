@@ -292,6 +292,7 @@ def latency(
         "p50_s": statistics.median(lat) if lat else None,
         "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
         "max_s": lat[-1] if lat else None,
+        "latencies_s": [round(x, 3) for x in lat],
         "peak_rss_mib": peak,
     }
 
