@@ -146,6 +146,8 @@ def drain(
         "records": records,
         "messages": len(batches),
         "steps": status.get("steps_analysed"),
+        "flushes": status.get("flushes"),  # as of the last health file: one a tick or so
+        "jobstates_sent": status.get("jobstates_sent"),
         "send_seconds": sent_s,
         "seconds": seconds,
         "records_per_s": records / seconds,
