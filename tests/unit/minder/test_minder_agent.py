@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
@@ -80,17 +80,22 @@ def test_host_sampler_turns_counters_into_rates() -> None:
     assert s.errors == 6  # meminfo, diskstats, netstat missing twice: dropped, not fatal
 
 
-def test_cpu_shares_stay_within_0_and_100_when_iowait_goes_back() -> None:
-    """proc(5): iowait "may decrease". Over 0.2 s the busy jiffies then outgrow the
-    total (busy + idle + iowait): cpu_util read over 100 and failed a real-host test once."""
-    files = {"/p/stat": "cpu  100 0 0 800 60 0 0 0\n"}
+def _reader(files: dict[str, str]) -> Callable[[str], str]:
+    """A /proc of only ``files`` (changed in place by the test between samples)."""
 
     def read(path: str) -> str:
         if path not in files:
             raise FileNotFoundError(path)
         return files[path]
 
-    s = HostSampler(root="/p", read=read)
+    return read
+
+
+def test_cpu_shares_stay_within_0_and_100_when_iowait_goes_back() -> None:
+    """proc(5): iowait "may decrease". Over 0.2 s the busy jiffies then outgrow the
+    total (busy + idle + iowait): cpu_util read over 100 and failed a real-host test once."""
+    files = {"/p/stat": "cpu  100 0 0 800 60 0 0 0\n"}
+    s = HostSampler(root="/p", read=_reader(files))
     s.sample(0)
     files["/p/stat"] = "cpu  110 0 0 808 40 0 0 0\n"  # busy +10, idle +8, iowait -20
     assert "cpu_util" not in s.sample(NS_PER_S // 5)  # the total went back: no rate at all
@@ -105,13 +110,7 @@ def test_a_fully_busy_interval_reads_100_not_a_rounding_step_above() -> None:
     here 20 jiffies over 0.200000035 s. The real-host test failed on CI so, on a box
     kept fully busy by the suite."""
     files = {"/p/stat": "cpu  100 0 0 800 60 0 0 0\n"}
-
-    def read(path: str) -> str:
-        if path not in files:
-            raise FileNotFoundError(path)
-        return files[path]
-
-    s = HostSampler(root="/p", read=read)
+    s = HostSampler(root="/p", read=_reader(files))
     s.sample(0)
     files["/p/stat"] = "cpu  120 0 0 800 60 0 0 0\n"
     rate = 20 / 0.200000035
