@@ -60,7 +60,7 @@ def test_two_workers_split_the_jobs_and_agree_with_one(
             pytest.fail(f"group never split the partitions: {[w.tail(1500) for w in workers]}")
         publish(kafka_broker, batches, topic=topic)
         wait_committed(kafka_broker, f"{prefix}-workers", topic, PARTITIONS, timeout_s=90)
-        statuses = [w.wait_for(lambda s: s.get("buffered_rows") == 0, 30, "empty") for w in workers]
+        statuses = [w.settled() for w in workers]
     finally:
         for w in workers:
             w.stop()

@@ -48,7 +48,7 @@ def test_store_outage_is_waited_out_without_committing_or_losing(
         assert uncommitted(kafka_broker, group, topic, 2) == len(batches)
         holder.close()
         wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
-        worker.wait_for(lambda s: s.get("buffered_rows") == 0, 30, "empty buffer")
+        worker.settled()
     finally:
         holder.close()
         worker.stop()

@@ -213,7 +213,7 @@ def test_jobs_moved_mid_run_are_stored_as_by_one_uninterrupted_worker(
         publish(kafka_broker, batches[late:], topic=topic)
         wait_committed(kafka_broker, group, topic, PARTITIONS, timeout_s=120)
         live = [w for w in workers if w.proc.poll() is None]
-        statuses = [w.wait_for(lambda s: s.get("buffered_rows") == 0, 30, "empty") for w in live]
+        statuses = [w.settled() for w in live]
     finally:
         for w in workers:
             w.stop()

@@ -137,7 +137,7 @@ def test_worker_restarted_between_two_halves(
         steps_announced_within(kafka_broker, prefix, WITHIN_S)
         took = time.monotonic() - began
         print(f"restarted: every step announced {took:.2f}s after its restart")
-        worker.wait_for(lambda s: s.get("buffered_rows") == 0, 30, "empty buffer")
+        worker.settled()
     finally:
         worker.stop()
     check_store(dsn, batches)

@@ -74,6 +74,18 @@ class WorkerProcess:
             time.sleep(0.2)
         raise AssertionError(f"timed out waiting for {what}: {self.status()}\n{self.tail()}")
 
+    def settled(self, timeout_s: float = 30) -> dict[str, Any]:
+        """The first status written after this call with nothing left to store. The
+        worker writes its status at each tick, but stores, acknowledges (so offsets get
+        committed) and restores between ticks: a status read just after the offsets were
+        committed may predate the very restore or store that led to the commit."""
+        since = time.time_ns()
+        return self.wait_for(
+            lambda s: s.get("written_ns", 0) > since and s.get("buffered_rows") == 0,
+            timeout_s,
+            "a status written after the wait, with an empty buffer",
+        )
+
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, nothing is flushed or committed."""
         self.proc.send_signal(signal.SIGKILL)
