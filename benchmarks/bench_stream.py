@@ -24,7 +24,9 @@ Cases:
   or ``--rate`` choose the pace: the trace's op times scaled, as ``--time-scale``
   does); per step, from its end on its last rank (its last op end) to its announcement
   on ``<prefix>.steps`` (sent right after the row is stored; the broker's timestamp):
-  p50 / p95 / max. A step the hooks hold for the next one pays the hold here.
+  p50 / p95 / max. A step the hooks hold for the next one pays the hold here. The
+  worker runs with its own default timer (``tick_s``) unless ``--tick-s`` sets it
+  (figures recorded before 2026-11-25 19:00 UTC ran it at 0.2 s).
 
 Messages are cut as the hooks cut them (``rankwatch.schemas.batching``, applied by the
 replay to the trace's timeline: one message per rank and step when steps are longer
@@ -144,6 +146,8 @@ def drain(
         "records": records,
         "messages": len(batches),
         "steps": status.get("steps_analysed"),
+        "flushes": status.get("flushes"),  # as of the last health file: one a tick or so
+        "jobstates_sent": status.get("jobstates_sent"),
         "send_seconds": sent_s,
         "seconds": seconds,
         "records_per_s": records / seconds,
@@ -259,15 +263,19 @@ async def _send_all(broker: str, topic: str, encoded: list[tuple[bytes, bytes]])
 
 
 def latency(
-    broker: str, batches: list[ReplayedBatch], origin_ns: int, work: Path
+    broker: str,
+    batches: list[ReplayedBatch],
+    origin_ns: int,
+    work: Path,
+    tick_s: float | None = None,
 ) -> dict[str, Any]:
+    """The live case; ``tick_s``: the worker's timer (None: its own default)."""
     prefix = f"l{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.ops"
     asyncio.run(create_topics(broker, [topic], 1))
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
-    worker = _pinned(
-        WorkerProcess(broker, prefix, f"chdb://{work / 'lat'}", work, "lat", RANKWATCH_TICK_S="0.2")
-    )
+    env = {} if tick_s is None else {"RANKWATCH_TICK_S": str(tick_s)}
+    worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / 'lat'}", work, "lat", **env))
     try:
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
@@ -286,6 +294,7 @@ def latency(
         "p50_s": statistics.median(lat) if lat else None,
         "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
         "max_s": lat[-1] if lat else None,
+        "latencies_s": [round(x, 3) for x in lat],
         "peak_rss_mib": peak,
     }
 
@@ -429,6 +438,13 @@ def main() -> int:
     )
     parser.add_argument("--ops-version", type=int, default=3, choices=(2, 3))
     parser.add_argument(
+        "--tick-s",
+        type=float,
+        default=None,
+        help="latency case: the worker's timer (RANKWATCH_TICK_S; default: the worker's "
+        "own). Figures recorded before 2026-11-25 19:00 UTC used 0.2",
+    )
+    parser.add_argument(
         "--cases",
         default="core,kafka-1x,kafka-Nx,latency",
         help="comma-separated subset of core, kafka-1x, kafka-Nx, latency, group",
@@ -493,7 +509,8 @@ def main() -> int:
             results["latency"] = {
                 "time_scale": live_scale,
                 "records_per_message": sum(len(b.batch) for b in live) / len(live),
-                **latency(bootstrap, live, origin, work),
+                "tick_s": args.tick_s,
+                **latency(bootstrap, live, origin, work, args.tick_s),
             }
     finally:
         broker.stop()
