@@ -33,10 +33,13 @@ TopicFactory = Callable[..., str]
 
 @contextmanager
 def faust_worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run the app as a worker; stop it with SIGTERM (a graceful faust shutdown)."""
+    """Run the app as a worker; stop it with SIGTERM (a graceful faust shutdown). The
+    faust CLI starts its web server on port 6066 whatever the app's ``web_enabled``
+    says, so a second suite on the same machine made this worker exit at start
+    ("address already in use"): ``--without-web``."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(APP), "worker", "--loglevel", "info"],
+            [sys.executable, str(APP), "worker", "--without-web", "--loglevel", "info"],
             env={**os.environ, **env},
             stdout=out,
             stderr=subprocess.STDOUT,
