@@ -115,7 +115,7 @@ def load_history(
         hosts=frozenset(stored_job["hosts"]),
         layout=(int(stored_job["dp_size"]), int(stored_job["pp_size"])) if known else None,
         coordinates=_coordinates(store, job, max(closed)) if closed else {},
-        stored_batches=_stored_batches(store, job, closed, closed_memory),
+        stored_batches=stored_open_batches(store, job, closed, closed_memory),
         leaders=_leaders(store, job, list(slowdowns)),
         signals=_signals(store, job),
         slowdown_alerts=_slowdown_alerts(store, job),
@@ -155,13 +155,15 @@ def _leaders(store: Store, job: str, steps: list[int]) -> dict[int, dict[str, tu
     return out
 
 
-def _stored_batches(
+def stored_open_batches(
     store: Store, job: str, closed: list[int], closed_memory: int
 ) -> frozenset[tuple[int, int, int]]:
-    """(rank, batch_seq, step) stored for the job's steps that have no ``steps`` row yet
-    (open when the worker stopped): at most ``closed_memory`` steps behind its newest
-    closed step. The step tells a batch from one a restarted training process numbered
-    the same (``OpBatch.delivery_key``)."""
+    """(rank, batch_seq, step) stored for the job's steps not in ``closed`` (open when
+    the worker stopped): at most ``closed_memory`` steps behind the newest closed step.
+    The step tells a batch from one a restarted training process numbered the same
+    (``OpBatch.delivery_key``). A job restored from its jobstate message needs these
+    too: the batches of its open steps stored after the message was sent are in no
+    message (docs/sizing.md, "Moving jobs between workers")."""
     low = max(0, max(closed) - closed_memory) if closed else 0
     rows = store.query(_STORED_BATCHES, {"job": job, "low": low, "closed": closed})
     return frozenset((int(r["rank"]), int(r["batch_seq"]), int(r["step"])) for r in rows)

@@ -10,7 +10,9 @@ ops worker's own rules:
 - a job met for the first time is restored first, from the newer of its ``jobstate``
   message (what the worker that owned it before handed over: :mod:`~.handover`) and the
   store (:mod:`~.recovery`): its stored steps count as late, its windows and open alert
-  come back, and its latest alert state is announced again;
+  come back, and its latest alert state is announced again; restored from the message,
+  it also takes from the store the batches of its open steps stored after the message
+  was sent (their messages are read again: acknowledged only once their step closes);
 - after each flush, the ``jobstate`` message of every job the flush changed is sent
   (:meth:`WorkerState.handover`) before the messages that fed it are acknowledged, so a
   committed offset never runs ahead of the state the next owner restores from
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode, decode_ops, encode
@@ -37,7 +39,7 @@ from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.handover import history_from, newest_closed, state_message
 from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
-from rankwatch.streams.ops.recovery import load_history, newest_stored_step
+from rankwatch.streams.ops.recovery import load_history, newest_stored_step, stored_open_batches
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 
 log = logging.getLogger("rankwatch.worker")
@@ -52,6 +54,19 @@ def _newer_in_store(store: Store, job: str, handed: int | None) -> bool:
     (this worker owned the job last, and died before its jobstate message went out)."""
     stored = newest_stored_step(store, job)
     return stored is not None and (handed is None or stored > handed)
+
+
+def _with_stored_batches(
+    store: Store, handed: JobHistory, job: str, assembly: AssemblyConfig
+) -> JobHistory:
+    """``handed`` (a jobstate message's history) with the batches of its open steps that
+    this store holds: a message describes what was stored when it was sent, and batches
+    of still open steps stored after it would otherwise be stored a second time when
+    their messages are read again (they are acknowledged only once their step closes)."""
+    later = stored_open_batches(store, job, handed.closed_steps, assembly.closed_memory)
+    if later <= handed.stored_batches:
+        return handed
+    return replace(handed, stored_batches=handed.stored_batches | later)
 
 
 @dataclass(frozen=True)
@@ -172,7 +187,7 @@ class WorkerState:
                 )
                 handed = None
             else:
-                history = handed
+                history = _with_stored_batches(store, handed, job, self.settings.assembly)
         except StoreError as exc:
             self.delivery.failed(exc)
             return False
