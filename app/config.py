@@ -19,8 +19,9 @@ Environment variables (``ENVIRONMENT`` below is the authoritative list):
 - ``RANKWATCH_SESSION_TIMEOUT_S``: Kafka group session of every worker
 - the ops worker's ``[worker]`` section: ``RANKWATCH_WINDOW``, ``RANKWATCH_KEEP_OPS``,
   ``RANKWATCH_MAX_MESSAGE_BYTES``, ``RANKWATCH_FETCH_BYTES``,
-  ``RANKWATCH_FETCH_WAIT_MS``, ``RANKWATCH_TICK_S``, ``RANKWATCH_COMMIT_INTERVAL_S``,
-  ``RANKWATCH_STATUS_FILE``, ``RANKWATCH_ALERT_SLOWDOWN``, ``RANKWATCH_ALERT_CLEAR``
+  ``RANKWATCH_FETCH_WAIT_MS``, ``RANKWATCH_TICK_S``, ``RANKWATCH_STORE_GAP_S``,
+  ``RANKWATCH_COMMIT_INTERVAL_S``, ``RANKWATCH_STATUS_FILE``,
+  ``RANKWATCH_ALERT_SLOWDOWN``, ``RANKWATCH_ALERT_CLEAR``
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ class WorkerConfig:
     """Longest a fetch waits at the broker for new data."""
     tick_s: float = 1.0
     """Seconds between stores of the buffer (and grace checks)."""
+    store_gap_s: float = 0.1
+    """A step that closes is stored and announced at once, not at the next tick, but
+    never sooner than this after the previous store: many jobs closing steps make at
+    most 1/store_gap_s stores a second (an insert per table and jobstate messages each),
+    not one per step."""
     commit_interval_s: float = 1.0
     """How often stored offsets are committed."""
     status_file: str = ""
@@ -98,6 +104,10 @@ class WorkerConfig:
     """Rolling job-level S at which a straggler alert fires..."""
     alert_clear: float = AlertConfig.clear_below
     """...and under which it resolves."""
+
+    def __post_init__(self) -> None:
+        if self.store_gap_s < 0:
+            raise ValueError("store_gap_s must be 0 or more")
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_FETCH_BYTES": "worker.fetch_bytes",
     "RANKWATCH_FETCH_WAIT_MS": "worker.fetch_wait_ms",
     "RANKWATCH_TICK_S": "worker.tick_s",
+    "RANKWATCH_STORE_GAP_S": "worker.store_gap_s",
     "RANKWATCH_COMMIT_INTERVAL_S": "worker.commit_interval_s",
     "RANKWATCH_STATUS_FILE": "worker.status_file",
     "RANKWATCH_ALERT_SLOWDOWN": "worker.alert_slowdown",

@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         fetch_bytes=worker.fetch_bytes,
         fetch_wait_ms=worker.fetch_wait_ms,
         tick_s=worker.tick_s,
+        store_gap_s=worker.store_gap_s,
         commit_interval_s=worker.commit_interval_s,
         status_file=worker.status_file or None,
     )

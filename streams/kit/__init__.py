@@ -12,6 +12,7 @@ of a compacted topic's partition: the ops worker's job handover).
 Pure: ``output`` (what a core hands its shell: rows, publications, dead letters,
 where a message came from), ``deadletter`` (one shape for refused messages),
 ``acks`` (when a consumed message may be acknowledged; the ops worker's today),
+``pacing`` (when a closed step is due for storing: at once, a gap after the last store),
 ``settings`` (what every worker's settings hold), ``times``.
 """
 

@@ -3,8 +3,10 @@
 One agent consumes ``<prefix>.ops`` (keyed by job, so one worker owns a job's open
 steps) with acknowledgements under our control: an event is acknowledged only when
 what it fed is stored (faust then commits the highest contiguous acknowledged offset
-per partition). A timer closes steps whose grace period ran out, stores the buffer,
-acknowledges, publishes stored results and writes the health file. All logic is in
+per partition). A step that closes is stored, acknowledged and announced at once, or
+as soon as ``store_gap_s`` since the previous store allows (:meth:`WorkerState.settle_in`).
+A timer closes steps whose grace period ran out, stores the buffer, acknowledges,
+publishes stored results and writes the health file. All logic is in
 :mod:`~rankwatch.streams.ops.worker_state` and the pure core; this module moves bytes.
 """
 
@@ -108,10 +110,30 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
             state.on_message(event, event.value, source, batch)
+            if state.settle_in() == 0:  # a step closed: stored and announced now, not at the tick
+                await settle()
+            if state.settle_in() is not None:  # too soon after the last store, or it failed
+                closed.set()  # `settle_closed` settles once the gap (or backoff) has passed
             while state.full:  # back-pressure: nothing more in memory until it is stored
                 await settle()
                 if state.full:
                     await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
+
+    closed = asyncio.Event()
+    """Set when steps closed that the agent could not settle yet (the gap)."""
+
+    @app.task
+    async def settle_closed() -> None:
+        """Settle the closed steps the agent left for later, once their gap has passed."""
+        while True:
+            wait = state.settle_in()
+            if wait is None:
+                closed.clear()
+                await closed.wait()
+            elif wait > 0:
+                await asyncio.sleep(wait)
+            else:
+                await settle()
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:

@@ -32,6 +32,7 @@ from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker
 from rankwatch.streams.kit.delivery import Delivery
 from rankwatch.streams.kit.output import Output, Source
+from rankwatch.streams.kit.pacing import Pacer
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
@@ -97,6 +98,13 @@ class WorkerSettings(ServiceSettings):
     """How often faust commits the acknowledged offsets (its default is 2.8 s). Only
     acknowledged (stored) offsets are ever committed; a shorter interval just lets the
     group's lag show what is stored sooner, and re-reads less after a crash."""
+    store_gap_s: float = 0.1
+    """Shortest time between two stores that closed steps ask for. A step that closes
+    is stored, handed over and announced at once (:meth:`WorkerState.settle_in`), not
+    at the next tick (up to ``tick_s`` later), unless the previous store was less than
+    this ago: then when the gap has passed. Each store is an insert per table and a
+    jobstate message per job that closed a step, so many jobs closing steps all the time
+    make at most ``1 / store_gap_s`` of them a second, not one per step."""
 
 
 @dataclass
@@ -147,6 +155,8 @@ class WorkerState:
         state be handed over: it must describe stored rows only)."""
         self._unacked: list[Any] = []
         """Stored messages' tokens waiting for their jobs' jobstate messages to be sent."""
+        self.pacer = Pacer(settings.store_gap_s)
+        """When the steps closed since the last store are due to be stored."""
 
     # -- messages ----------------------------------------------------------------------
 
@@ -295,6 +305,16 @@ class WorkerState:
         self.delivery.write(out)
         self.acks.closed((s.job, s.step) for s in out.steps)
         self.changed.update(s.job for s in out.steps)
+        if out.steps:
+            self.pacer.closed()
+
+    def settle_in(self) -> float | None:
+        """Seconds until the steps closed since the last store are due to be stored,
+        handed over, acknowledged and announced (0.0: now; None: none closed). At once,
+        unless the previous store was less than ``store_gap_s`` ago or the store is
+        backing off after a failure: then when that has passed."""
+        due = self.pacer.due_in(self.delivery.clock())
+        return None if due is None else max(due, self.delivery.retry_in())
 
     @property
     def full(self) -> bool:
@@ -304,6 +324,7 @@ class WorkerState:
         """Store everything buffered; return the tokens now safe to acknowledge (empty
         when the store is unavailable: retried with backoff on a later call)."""
         self.stored = self.delivery.flush()
+        self.pacer.flushed(self.delivery.clock(), self.stored)
         if not self.stored:
             return []
         safe = self.acks.flushed()

@@ -87,6 +87,7 @@ def test_each_setting_says_where_it_came_from(tmp_path: Path) -> None:
         ({"RANKWATCH_KEEP_OPS": "maybe"}, "keep_ops must be bool"),
         ({"RANKWATCH_WINDOW": "2.5"}, "window must be int"),
         ({"RANKWATCH_TICK_S": "soon"}, "tick_s must be float"),
+        ({"RANKWATCH_STORE_GAP_S": "-0.1"}, "store_gap_s must be 0 or more"),
     ],
 )
 def test_a_bad_environment_value_names_its_setting(env: dict[str, str], message: str) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import pytest
 from support.memstore import MemoryStore
 
 from rankwatch.schemas.batching import BatchingRule
@@ -173,3 +174,50 @@ def test_a_job_met_again_restores_from_the_newer_of_its_jobstate_and_the_store()
     worse = _state(MemoryStore())
     assert worse.restore(batch, odd)  # a track the schema lets through, the detector not
     assert worse.snapshot()["jobstates_bad"] == 1 and not worse.pipeline.slowdown._jobs  # type: ignore[union-attr]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_closed_step_is_due_for_storing_at_once_not_at_the_next_tick() -> None:
+    """The shell settles when ``settle_in`` says 0: a step that closes right after the
+    timer stored the buffer waits only ``store_gap_s``, not the rest of the tick."""
+    store, clock = MemoryStore(), Clock()
+    state = _state(store)
+    state.delivery.clock = clock
+    data = list(enumerate(messages()))  # 6 steps x 4 workers, one message per rank and step
+    consume(state, data[:3])  # step 0 still open
+    assert state.settle_in() is None  # nothing closed: the tick stores the raw ops
+    consume(state, data[3:4])  # step 0's last batch: it closes
+    assert state.settle_in() == 0.0
+    assert sorted(state.flush()) == [0, 1, 2, 3] and len(store.rows["steps"]) == 1
+    assert state.settle_in() is None
+
+    clock.now += 0.03  # step 1 closes 30 ms after that store
+    consume(state, data[4:8])
+    assert state.settle_in() == pytest.approx(0.07)  # not sooner than the gap
+    clock.now += 0.07
+    assert state.settle_in() == 0.0
+    state.flush()
+    assert len(store.rows["steps"]) == 2 and state.settle_in() is None
+
+
+def test_a_closed_step_waits_for_the_store_backoff() -> None:
+    store, clock = MemoryStore(), Clock()
+    state = _state(store)
+    state.delivery.clock = clock
+    data = list(enumerate(messages()))
+    consume(state, data[:4])
+    store.down = True
+    assert state.flush() == []
+    wait = state.settle_in()
+    assert wait is not None and wait == pytest.approx(state.delivery.retry_in()) and wait > 0
+    store.down = False
+    clock.now += wait
+    assert state.settle_in() == 0.0
+    assert sorted(state.flush()) == [0, 1, 2, 3] and state.settle_in() is None
