@@ -53,13 +53,20 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     )
     status = StatusReporter(app, settings.status_file, log)
 
+    settling = asyncio.Lock()
+    """One store-and-hand-over at a time: the agent, the timer, ``settle_closed`` and the
+    revocation handler all settle, and two interleaved ones could put a job's older
+    jobstate message on the topic after its newer one (the next owner restores the
+    latest). Publishing stays outside: announcements are deduplicated downstream."""
+
     async def settle(every: bool = False) -> None:
         """Store, hand the changed jobs' state over (``every`` job's: the partitions are
         being revoked), acknowledge what is stored, announce it (and the dead letters)."""
-        tokens = state.flush()
-        sent = state.stored and await send_jobstates(state.handover(every))
-        for event in state.release(tokens, sent):
-            event.ack()
+        async with settling:
+            tokens = state.flush()
+            sent = state.stored and await send_jobstates(state.handover(every))
+            for event in state.release(tokens, sent):
+                event.ack()
         await publish(state.delivery, out_topics)
 
     async def send_jobstates(states: list[tuple[str, int, bytes]]) -> bool:
