@@ -8,6 +8,9 @@ Cases:
 - ``core``: the worker's pipeline in-process, no Kafka and no store (decode, assemble,
   analyse, rows, alerts) on the whole trace: records/s, and the streaming overhead
   ratio against ``rankwatch.sim.analyse`` of the same trace offline.
+- ``shell``: ``--copies`` copies through the ops worker's state in-process, into chDB,
+  storing as the worker does, without Kafka and faust: set against ``kafka-Nx`` (the
+  same records), what the consumer costs per core.
 - ``kafka-1x`` / ``kafka-Nx``: the trace (and N copies back to back, as one longer
   job) published to a one-partition topic first, then one ``rankwatch worker``
   subprocess pinned to one core (``taskset``) drains it into chDB: records/s from the
@@ -111,6 +114,57 @@ def core(batches: list[ReplayedBatch], trace: Any, meta: Any, repeat: int = 3) -
         "offline_seconds": offline,
         "overhead_ratio": wall / offline,
     }
+
+
+def shell(batches: list[ReplayedBatch], work: Path, repeat: int = 3) -> dict[str, Any]:
+    """The ops worker's state fed in-process: what ``kafka-Nx``'s worker does per message
+    (decode, checks, assembly, what-if, rows, acknowledgements, a store into chDB when a
+    step closes or the 1-s tick is due, the jobstate messages encoded) without Kafka and
+    faust, so the two cases' ratio is what the consumer costs. Median and range of
+    ``repeat`` runs, each into a fresh chDB directory; CPU includes chDB's threads."""
+    from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
+
+    encoded = [(b.batch.job.encode(), _encode(b.batch)) for b in batches]
+    records = sum(len(b.batch) for b in batches)
+    rates, cpu_rates = [], []
+    for run in range(repeat):
+        state = WorkerState(WorkerSettings(bootstrap="-", dsn=f"chdb://{work / f'shell{run}'}"))
+        state.delivery.store()  # connected and migrated before the clock starts
+        t0, c0 = time.perf_counter(), time.process_time()
+        tick_at = time.monotonic() + state.settings.tick_s
+        produced = time.time_ns()  # all of it at once, as kafka-Nx sends it before the drain
+        for offset, (key, value) in enumerate(encoded):
+            batch = state.decode(value)
+            if state.needs_restore(batch, key):
+                assert batch is not None and state.restore(batch)
+            state.on_message(offset, value, Source("ops", 0, offset, key, produced), batch)
+            ticked = time.monotonic() >= tick_at
+            if ticked:
+                state.on_tick()
+                tick_at = time.monotonic() + state.settings.tick_s
+            if ticked or state.full or state.settle_in() == 0:
+                _settle(state)
+        state.on_tick()
+        _settle(state)
+        rates.append(records / (time.perf_counter() - t0))
+        cpu_rates.append(records / (time.process_time() - c0))
+        state.delivery.sink.store.close()  # type: ignore[union-attr]  # one chDB path a process
+    return {
+        "records": records,
+        "messages": len(encoded),
+        "records_per_s": statistics.median(rates),
+        "cpu_records_per_s": statistics.median(cpu_rates),
+        "cpu_records_per_s_runs": [round(r) for r in cpu_rates],
+    }
+
+
+def _settle(state: Any) -> None:
+    """The worker's settle without the broker: store, encode the jobstate messages,
+    release the acknowledgements."""
+    tokens = state.flush()
+    if state.stored:
+        state.handed_over(state.handover(), ok=True)
+    state.release(tokens, state.stored)
 
 
 def drain(
@@ -447,7 +501,7 @@ def main() -> int:
     parser.add_argument(
         "--cases",
         default="core,kafka-1x,kafka-Nx,latency",
-        help="comma-separated subset of core, kafka-1x, kafka-Nx, latency, group",
+        help="comma-separated subset of core, shell, kafka-1x, kafka-Nx, latency, group",
     )
     parser.add_argument("--repeats", type=int, default=3, help="group case: runs of each")
     parser.add_argument("--json", action="store_true")
@@ -479,6 +533,10 @@ def main() -> int:
     if "core" in cases:
         results["core"] = core(one, trace, meta)
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
+    if "shell" in cases:
+        many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies, rule, scale))
+        results[f"shell-{args.copies}x"] = shell(many, work)
+        del many
     broker = DevBroker(work / "kafka")
     try:
         bootstrap = broker.start()

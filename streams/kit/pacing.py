@@ -7,7 +7,9 @@ says when a flush is due because something closed: at once, unless the previous 
 was less than ``gap_s`` ago, then when the gap has passed. So a worker that closes a
 step now and then stores it within milliseconds, and one whose many jobs close steps
 all the time stores at most once per ``gap_s`` for them (each flush is an insert per
-table and a ``jobstate`` message per changed job), not once per step.
+table and a ``jobstate`` message per changed job), not once per step. A worker behind
+its input (the caller says when) uses ``backlog_gap_s`` instead: its steps wait for the
+backlog anyway, and fewer, larger stores drain it faster.
 
 Pure: the caller passes the time (any monotonic clock, in seconds).
 """
@@ -21,6 +23,8 @@ from dataclasses import dataclass
 class Pacer:
     gap_s: float
     """Shortest time between two flushes that closed steps ask for (0: no limit)."""
+    backlog_gap_s: float = 1.0
+    """The same while the caller is behind its input."""
     waiting: bool = False
     """Whether something closed since the last flush that stored everything."""
     last_flush: float | None = None
@@ -37,11 +41,13 @@ class Pacer:
         if stored:
             self.waiting = False
 
-    def due_in(self, now: float) -> float | None:
+    def due_in(self, now: float, behind: bool = False) -> float | None:
         """Seconds until a flush is due for what closed (0.0: now); None when nothing
-        closed since the last flush that stored everything."""
+        closed since the last flush that stored everything. ``behind``: the caller is
+        working through a backlog (``backlog_gap_s`` applies)."""
         if not self.waiting:
             return None
         if self.last_flush is None:
             return 0.0
-        return max(0.0, self.last_flush + self.gap_s - now)
+        gap = max(self.gap_s, self.backlog_gap_s) if behind else self.gap_s
+        return max(0.0, self.last_flush + gap - now)

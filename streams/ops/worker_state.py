@@ -48,6 +48,14 @@ log = logging.getLogger("rankwatch.worker")
 JOBSTATE_MAX_BYTES = DEFAULT_MAX_BYTES
 """Largest jobstate message written or read (the topic and the producer allow it)."""
 
+BEHIND_TICKS = 2.0
+"""A worker whose latest message is older than this many ticks is working through a
+backlog, and stores closed steps once a tick, not once per ``store_gap_s``: a drain of
+short steps stored up to ten times a second took about 15% more CPU per record
+(benchmarks/README.md, "Closed steps stored at once"). Two ticks, so that a live burst
+(a large job's step end: 0.7-1 s of work) and clocks a few hundred ms apart do not
+count as a backlog."""
+
 
 def _newer_in_store(store: Store, job: str, handed: int | None) -> bool:
     """Whether the store holds a closed step of ``job`` newer than ``handed`` (the
@@ -104,7 +112,8 @@ class WorkerSettings(ServiceSettings):
     at the next tick (up to ``tick_s`` later), unless the previous store was less than
     this ago: then when the gap has passed. Each store is an insert per table and a
     jobstate message per job that closed a step, so many jobs closing steps all the time
-    make at most ``1 / store_gap_s`` of them a second, not one per step."""
+    make at most ``1 / store_gap_s`` of them a second, not one per step. A worker behind
+    its input (:data:`BEHIND_TICKS`) stores closed steps once per ``tick_s`` instead."""
 
 
 @dataclass
@@ -155,8 +164,10 @@ class WorkerState:
         state be handed over: it must describe stored rows only)."""
         self._unacked: list[Any] = []
         """Stored messages' tokens waiting for their jobs' jobstate messages to be sent."""
-        self.pacer = Pacer(settings.store_gap_s)
+        self.pacer = Pacer(settings.store_gap_s, backlog_gap_s=settings.tick_s)
         """When the steps closed since the last store are due to be stored."""
+        self.latest_lag_s: float | None = None
+        """Age (broker timestamp to processing) of the latest message that had one."""
 
     # -- messages ----------------------------------------------------------------------
 
@@ -284,7 +295,8 @@ class WorkerState:
         self.counters.messages_in += 1
         now_ns = time.time_ns()
         if source.timestamp_ns is not None:
-            self.input_lag_s = max(self.input_lag_s, (now_ns - source.timestamp_ns) / 1e9)
+            self.latest_lag_s = (now_ns - source.timestamp_ns) / 1e9
+            self.input_lag_s = max(self.input_lag_s, self.latest_lag_s)
         if batch is None:
             out = self.pipeline.on_message(value, source, now_ns)
         else:
@@ -308,12 +320,20 @@ class WorkerState:
         if out.steps:
             self.pacer.closed()
 
+    @property
+    def behind(self) -> bool:
+        """Whether the worker is working through a backlog: the latest message was
+        produced more than ``BEHIND_TICKS`` ticks before it was processed."""
+        lag = self.latest_lag_s
+        return lag is not None and lag > BEHIND_TICKS * self.settings.tick_s
+
     def settle_in(self) -> float | None:
         """Seconds until the steps closed since the last store are due to be stored,
         handed over, acknowledged and announced (0.0: now; None: none closed). At once,
-        unless the previous store was less than ``store_gap_s`` ago or the store is
-        backing off after a failure: then when that has passed."""
-        due = self.pacer.due_in(self.delivery.clock())
+        unless the previous store was less than ``store_gap_s`` ago (``tick_s`` while
+        :attr:`behind`) or the store is backing off after a failure: then when that has
+        passed."""
+        due = self.pacer.due_in(self.delivery.clock(), self.behind)
         return None if due is None else max(due, self.delivery.retry_in())
 
     @property
@@ -362,6 +382,7 @@ class WorkerState:
             "dead_letters": self.pipeline.dead_letters,
             "dead_letter_reasons": dict(self.pipeline.dead_letter_reasons),
             "input_lag_s": round(self.input_lag_s, 3),
+            "behind": self.behind,
             "acks_waiting": self.acks.waiting,
             "acks_settled": self.acks.settled,
             "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),

@@ -49,3 +49,19 @@ def test_no_gap_means_every_close_is_due_at_once() -> None:
     pacer.flushed(10.0, stored=True)
     pacer.closed()
     assert pacer.due_in(10.0) == 0.0
+
+
+def test_behind_its_input_the_gap_is_the_backlog_gap() -> None:
+    pacer = Pacer(gap_s=0.1, backlog_gap_s=1.0)
+    pacer.flushed(10.0, stored=True)
+    pacer.closed()
+    assert pacer.due_in(10.05, behind=True) == pytest.approx(0.95)
+    assert pacer.due_in(10.05) == pytest.approx(0.05)  # caught up again: the short gap
+    assert pacer.due_in(11.0, behind=True) == 0.0
+    first = Pacer(gap_s=0.1, backlog_gap_s=1.0)
+    first.closed()
+    assert first.due_in(0.0, behind=True) == 0.0  # no store yet
+    slow = Pacer(gap_s=2.0, backlog_gap_s=1.0)
+    slow.flushed(0.0, stored=True)
+    slow.closed()
+    assert slow.due_in(1.5, behind=True) == pytest.approx(0.5)  # never shorter than gap_s

@@ -33,7 +33,7 @@ def consume(state: WorkerState, items: list[tuple[int, bytes]]) -> None:
         batch = state.decode(value)
         if state.needs_restore(batch):
             assert batch is not None and state.restore(batch)
-        state.on_message(offset, value, Source("ops", 0, offset, b"j", 1), batch)
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", time.time_ns()), batch)
 
 
 def test_store_outage_mid_run_keeps_rows_and_acknowledges_only_what_is_stored() -> None:
@@ -221,3 +221,24 @@ def test_a_closed_step_waits_for_the_store_backoff() -> None:
     clock.now += wait
     assert state.settle_in() == 0.0
     assert sorted(state.flush()) == [0, 1, 2, 3] and state.settle_in() is None
+
+
+def test_behind_its_input_a_closed_step_waits_for_the_tick_gap() -> None:
+    """Messages produced long before they are read (a backlog after an outage): closed
+    steps are stored once a tick, not at once, and at once again when caught up."""
+    store, clock = MemoryStore(), Clock()
+    state = _state(store)
+    state.delivery.clock = clock
+    data = list(enumerate(messages()))
+    old = time.time_ns() - 10**10  # produced 10 s ago: more than two 1-s ticks
+    for offset, value in data[:4]:
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", old), state.decode(value))
+    assert state.behind and state.settle_in() == 0.0  # nothing stored yet: at once
+    state.flush()
+    clock.now += 0.3
+    for offset, value in data[4:8]:  # step 1 closes 0.3 s after that store
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", old), state.decode(value))
+    assert state.settle_in() == pytest.approx(0.7)  # the tick's gap, not store_gap_s
+    consume(state, data[8:12])  # a fresh message: caught up
+    assert not state.behind and state.settle_in() == 0.0
+    assert state.snapshot()["behind"] is False
