@@ -3,22 +3,26 @@
 A message feeds zero or more open steps; its own rows (raw ops, a dead letter) and the
 rows of the steps it closed are in the sink's buffer. It is *settled* once every step
 it fed has closed, and *safe* once a flush that started after it settled succeeded.
-Only safe messages are acknowledged, so the consumer (which commits the highest
-contiguous acknowledged offset per partition) never commits past what is stored: a
-worker killed at any point loses nothing, it re-reads from the committed offset.
+Only safe messages are acknowledged, and only in the order they were read on their
+partition (:class:`InOrder`: the consumer may commit any acknowledged offset, and
+faust-streaming commits past a gap), so the committed offset never passes what is
+stored: a worker killed at any point loses nothing, it re-reads from the committed
+offset.
 
 Pure: tokens are whatever the shell acknowledges (faust events); no clock, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 StepKey = tuple[str, int]
 """(job, step)"""
+Partition = tuple[str, int]
+"""(topic, partition)"""
 
 
 @dataclass
@@ -78,3 +82,86 @@ class AckTracker(Generic[T]):
             del self._tokens[ident]
         for key in [k for k in self._waiters if drop(k[0])]:
             del self._waiters[key]
+
+
+@dataclass
+class InOrder(Generic[T]):
+    """Acknowledgements released per partition in the order the messages arrived.
+
+    The consumer must commit only what is stored, and faust-streaming 0.15.3 does not
+    commit "the highest contiguous acknowledged offset" when acknowledgements come out
+    of order (ours come when a message's steps close): it commits the first contiguous
+    run of acknowledged offsets even when the message at the committed offset, or any
+    before the run while nothing is committed yet, was never acknowledged
+    (streams/FAUST_NOTES.md, "How offsets are committed"). So a message is handed to
+    the consumer only once every message that arrived before it on its partition was:
+    the acknowledged offsets are then always a prefix of what was read, and any
+    consumer commits the same offsets. Tokens of partitions given up (a rebalance) are
+    never handed over: their messages are read again."""
+
+    _queues: dict[Partition, list[T]] = field(default_factory=dict)
+    """partition -> tokens in arrival order, from the first not handed over yet"""
+    _heads: dict[Partition, int] = field(default_factory=dict)
+    """partition -> index of the first token of its queue not handed over"""
+    _ready: dict[Partition, set[int]] = field(default_factory=dict)
+    """partition -> indexes (into its queue) of tokens safe but waiting for earlier ones"""
+    _where: dict[Hashable, tuple[Partition, int]] = field(default_factory=dict)
+    """token -> (partition, index), for tokens not yet safe (faust events hash by
+    identity; any hashable token unique among those in flight will do)"""
+
+    @property
+    def held(self) -> int:
+        """Safe tokens waiting for an earlier message of their partition."""
+        return sum(len(r) for r in self._ready.values())
+
+    def received(self, token: T, partition: Partition) -> None:
+        """A message was read from ``partition`` (call in the order they arrive)."""
+        queue = self._queues.setdefault(partition, [])
+        self._where[token] = (partition, len(queue))
+        queue.append(token)
+
+    def release(self, safe: list[T]) -> list[T]:
+        """``safe`` tokens may be acknowledged: those now at the head of their partitions
+        (and the safe ones behind them), in order; the rest wait. Tokens not received
+        here (or of a partition given up since) are dropped."""
+        touched: set[Partition] = set()
+        for token in safe:
+            where = self._where.pop(token, None)
+            if where is not None:
+                self._ready.setdefault(where[0], set()).add(where[1])
+                touched.add(where[0])
+        out: list[T] = []
+        for partition in touched:
+            out += self._advance(partition)
+        return out
+
+    def _advance(self, partition: Partition) -> list[T]:
+        queue, ready = self._queues[partition], self._ready[partition]
+        head = start = self._heads.get(partition, 0)
+        while head in ready:
+            ready.discard(head)
+            head += 1
+        self._heads[partition] = head
+        out = queue[start:head]
+        if head == len(queue):  # all handed over: start the partition afresh
+            del self._queues[partition]
+            self._heads.pop(partition, None)
+            self._ready.pop(partition, None)
+        elif head > 4096:  # drop the handed-over prefix now and then
+            self._queues[partition] = queue[head:]
+            self._ready[partition] = {i - head for i in ready}
+            self._heads[partition] = 0
+            for token in self._queues[partition]:
+                p, i = self._where.get(token, (partition, -1))
+                if p == partition and i >= head:
+                    self._where[token] = (p, i - head)
+        return out
+
+    def forget(self, partitions: set[Partition] | None = None) -> None:
+        """Give ``partitions`` up (None: all): their tokens are never handed over."""
+        gone = set(self._queues) if partitions is None else partitions & set(self._queues)
+        for partition in gone:
+            for token in self._queues.pop(partition):
+                self._where.pop(token, None)
+            self._heads.pop(partition, None)
+            self._ready.pop(partition, None)

@@ -2,12 +2,13 @@
 
 One agent consumes ``<prefix>.ops`` (keyed by job, so one worker owns a job's open
 steps) with acknowledgements under our control: an event is acknowledged only when
-what it fed is stored (faust then commits the highest contiguous acknowledged offset
-per partition). A step that closes is stored, acknowledged and announced at once, or
-as soon as ``store_gap_s`` since the previous store allows (:meth:`WorkerState.settle_in`).
-A timer closes steps whose grace period ran out, stores the buffer, acknowledges,
-publishes stored results and writes the health file. All logic is in
-:mod:`~rankwatch.streams.ops.worker_state` and the pure core; this module moves bytes.
+what it fed is stored and every event read before it on its partition was acknowledged
+(faust commits what is acknowledged, and past a gap if there is one). A step that
+closes is stored, acknowledged and announced at once, or as soon as ``store_gap_s``
+since the previous store allows (:meth:`WorkerState.settle_in`). A timer closes steps
+whose grace period ran out, stores the buffer, acknowledges, publishes stored results
+and writes the health file. All logic is in :mod:`~rankwatch.streams.ops.worker_state`
+and the pure core; this module moves bytes.
 """
 
 from __future__ import annotations
@@ -60,14 +61,18 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     latest). Publishing stays outside: announcements are deduplicated downstream."""
 
     async def settle(every: bool = False) -> None:
-        """Store, hand the changed jobs' state over (``every`` job's: the partitions are
-        being revoked), acknowledge what is stored, announce it (and the dead letters)."""
+        """Store, hand the changed jobs' state over (``every`` job's: the worker stops),
+        acknowledge what is stored, announce it (and the dead letters)."""
         async with settling:
-            tokens = state.flush()
-            sent = state.stored and await send_jobstates(state.handover(every))
-            for event in state.release(tokens, sent):
-                event.ack()
+            await store_and_hand_over(every)
         await publish(state.delivery, out_topics)
+
+    async def store_and_hand_over(every: bool) -> None:
+        """The part of :func:`settle` that holds ``settling``."""
+        tokens = state.flush()
+        sent = state.stored and await send_jobstates(state.handover(every))
+        for event in state.release(tokens, sent):
+            event.ack()
 
     async def send_jobstates(states: list[tuple[str, int, bytes]]) -> bool:
         """Send jobstate messages to their jobs' input partitions; True once the broker
@@ -156,8 +161,10 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         revocations[0] += 1
-        await settle(every=True)  # the new owner restores from the jobstate messages sent here
-        state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+        async with settling:  # no settle between the handover and forgetting the jobs
+            await store_and_hand_over(every=True)  # the new owner restores from these
+            state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+        await publish(state.delivery, out_topics)
         changelog.forget()  # re-read at the next job met: the partitions may come back
 
     async def on_shutdown(sender: Any, **_: Any) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode, decode_ops, encode
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.streams.kit.acks import AckTracker
+from rankwatch.streams.kit.acks import AckTracker, InOrder
 from rankwatch.streams.kit.delivery import Delivery
 from rankwatch.streams.kit.output import Output, Source
 from rankwatch.streams.kit.pacing import Pacer
@@ -148,6 +148,9 @@ class WorkerState:
         )
         self.delivery = Delivery.for_settings(settings, connect, settings.max_buffered_rows)
         self.acks: AckTracker[Any] = AckTracker()
+        self.order: InOrder[Any] = InOrder()
+        """Safe tokens go to the consumer in the order their messages were read, per
+        partition (faust commits past a gap in out-of-order acknowledgements)."""
         self.counters = WorkerCounters()
         self.job_partitions: dict[str, tuple[str, int]] = {}
         self.topics: dict[str, int] = {}
@@ -280,12 +283,14 @@ class WorkerState:
     def release(self, tokens: list[Any], ok: bool = True) -> list[Any]:
         """The tokens now safe to acknowledge: ``tokens`` and those held back before,
         once a flush stored everything and its jobstate messages are sent (``ok``:
-        including those of the jobs whose sending failed before); none otherwise."""
+        including those of the jobs whose sending failed before); none otherwise. In
+        the order their messages were read, per partition: a safe token waits for every
+        earlier message of its partition (:class:`~rankwatch.streams.kit.acks.InOrder`)."""
         self._unacked += tokens
         if not ok:
             return []
         out, self._unacked = self._unacked, []
-        return out
+        return self.order.release(out)
 
     def on_message(
         self, token: Any, value: bytes, source: Source, batch: OpBatch | None = None
@@ -293,6 +298,7 @@ class WorkerState:
         """One consumed message (``batch``: already decoded, None to decode it here);
         ``token`` is acknowledged once what it fed is stored."""
         self.counters.messages_in += 1
+        self.order.received(token, (source.topic, source.partition))
         now_ns = time.time_ns()
         if source.timestamp_ns is not None:
             self.latest_lag_s = (now_ns - source.timestamp_ns) / 1e9
@@ -363,6 +369,7 @@ class WorkerState:
         # faust rebalances eagerly: every partition is revoked, and read again from its
         # committed offset once assigned; tokens held back are of those reads
         self._unacked.clear()
+        self.order.forget(revoked)
 
     def forget_job(self, job: str) -> None:
         """Drop a job restored while its partition was being revoked (its next owner,
@@ -385,6 +392,7 @@ class WorkerState:
             "behind": self.behind,
             "acks_waiting": self.acks.waiting,
             "acks_settled": self.acks.settled,
+            "acks_held": self.order.held,
             "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),
             "topics": dict(self.topics),
         }

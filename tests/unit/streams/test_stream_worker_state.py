@@ -242,3 +242,20 @@ def test_behind_its_input_a_closed_step_waits_for_the_tick_gap() -> None:
     consume(state, data[8:12])  # a fresh message: caught up
     assert not state.behind and state.settle_in() == 0.0
     assert state.snapshot()["behind"] is False
+
+
+def test_a_stored_message_is_acknowledged_only_after_the_ones_read_before_it() -> None:
+    """A dead letter is stored at once, but read after two batches of a still open step
+    it waits for them: the consumer must never be handed an offset past an unstored one."""
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    consume(state, data[:14])  # steps 0-2 closed; 12, 13: step 3, open
+    state.on_message(14, b"not a batch", Source("ops", 0, 14, b"j", time.time_ns()))
+    state.on_message(15, b"nor this", Source("ops", 1, 15, b"j", time.time_ns()))
+    tokens = state.flush()
+    assert sorted(tokens) == [*range(12), 14, 15]  # stored
+    assert sorted(state.release(tokens)) == [*range(12), 15]  # 14 waits for 12 and 13
+    assert state.snapshot()["acks_held"] == 1
+    consume(state, [(16, data[14][1]), (17, data[15][1])])  # step 3 closes
+    assert sorted(state.release(state.flush())) == [12, 13, 14, 16, 17]
+    assert state.snapshot()["acks_held"] == 0
