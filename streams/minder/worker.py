@@ -34,6 +34,7 @@ import faust
 import numpy as np
 
 from rankwatch.schemas.codec import InvalidMessage, decode
+from rankwatch.streams.kit.acks import InOrder
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.delivery import Delivery, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
@@ -127,7 +128,13 @@ class MinderState:
         self.settled: list[Token] = []
         """Tokens to acknowledge once the buffered rows are stored."""
         self.acks: list[Token] = []
-        """Tokens whose messages are covered by stored rows: the shell acknowledges them."""
+        """Tokens whose messages are covered by stored rows: the shell acknowledges them
+        in the order they were read, per partition (:attr:`order`)."""
+        self.order: InOrder[Token] = InOrder()
+        """A covered message waits for every message read before it on its partition:
+        faust-streaming commits past a gap in out-of-order acknowledgements
+        (:class:`~rankwatch.streams.kit.acks.InOrder`), and jobs sharing a partition are
+        covered at different times."""
         self.covered_ns: dict[str, int] = {}
         """job -> end of the window its recalled snapshot was taken at: messages up to
         it are in that snapshot, or were not needed by it."""
@@ -149,6 +156,8 @@ class MinderState:
         key: bytes | None = None,
     ) -> None:
         self.messages_in += 1
+        if token is not None:
+            self.order.received(token, (topic, partition))
         try:
             msg = decode("metrics", value)
         except InvalidMessage as exc:
@@ -198,13 +207,15 @@ class MinderState:
             "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
             "restored_jobs": self.restored_jobs,
             "acks_waiting": sum(len(w) for w in self.unacked.values()),
+            "acks_held": self.order.held,
             **self.delivery.snapshot(),
             "topics": dict(self.topics),
         }
 
     def take_acks(self) -> list[Token]:
+        """The tokens to acknowledge now, in read order per partition."""
         acks, self.acks = self.acks, []
-        return acks
+        return self.order.release(acks)
 
     def _refuse(self, value: bytes, source: Source, exc: InvalidMessage) -> None:
         """A message that is not a metrics sample: a dead letter, for the table and the

@@ -47,3 +47,22 @@ def test_acknowledged_once_a_stored_snapshot_covers_the_sample() -> None:
     state.on_tick()
     rest = state.take_acks()
     assert sorted(acks + rest) == [(s, h) for s in range(23) for h in range(4)]
+
+
+def test_a_covered_message_waits_for_an_uncovered_one_read_before_it() -> None:
+    """Jobs share partitions and are covered at different times: job k's first sample,
+    read first and not covered yet, holds back job j's covered ones (the consumer would
+    otherwise commit past it)."""
+    now = [0.0]
+    settings = MinderSettings("b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=10))
+    state = MinderState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
+    k = metrics_message("k", "h0", T0 + 30 * NS, {"cpu_util": 50.0})
+    state.on_message(orjson.dumps(k), token="k")
+    feed(state, range(0, 23))
+    assert state.on_tick()
+    assert state.take_acks() == []  # j's covered samples wait for k's
+    assert state.snapshot()["acks_held"] > 0
+    now[0] += 1000.0  # both fall silent: everything is let go, k's first
+    state.on_tick()
+    acks = state.take_acks()
+    assert acks[0] == "k" and len(acks) == 1 + 23 * 4
