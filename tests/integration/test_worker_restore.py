@@ -13,23 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from support.messages import small_job
 
-from rankwatch.schemas.batching import BatchingRule
 from rankwatch.schemas.codec import encode_ops
-from rankwatch.sim.tracegen import GenConfig, generate_trace
 from rankwatch.streams.kit.output import Source
-from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
 
 pytestmark = pytest.mark.integration
-
-
-def _messages() -> tuple[list[bytes], list[int]]:
-    """6 steps x 4 ranks, one message per rank and step in step order; records each."""
-    trace, meta = generate_trace(GenConfig(dp=2, pp=2, microbatches=2, steps=6, seed=1))
-    one_per_step = BatchingRule(window_s=0.0)
-    batches = [b.batch for b in replay_batches(trace, meta, "j", time.time_ns(), rule=one_per_step)]
-    return [encode_ops(b) for b in batches], [len(b) for b in batches]
 
 
 def _feed(state: WorkerState, data: list[tuple[int, bytes]], saved: bytes | None = None) -> None:
@@ -37,7 +27,7 @@ def _feed(state: WorkerState, data: list[tuple[int, bytes]], saved: bytes | None
         batch = state.decode(value)
         if state.needs_restore(batch):
             assert batch is not None and state.restore(batch, saved)
-        state.on_message(offset, value, Source("ops", 0, offset, b"j", 1), batch)
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", time.time_ns()), batch)
 
 
 def _close(state: WorkerState) -> None:
@@ -51,8 +41,9 @@ def _close(state: WorkerState) -> None:
 def test_open_step_batches_stored_after_the_jobstate_message_are_not_stored_again(
     tmp_path: Path,
 ) -> None:
-    messages, sizes = _messages()
-    data = list(enumerate(messages))
+    batches = small_job()  # 6 steps x 4 ranks, one message per rank and step
+    data = list(enumerate(encode_ops(b) for b in batches))
+    sizes = [len(b) for b in batches]
     settings = WorkerSettings(bootstrap="-", dsn=f"chdb://{tmp_path / 'chdb'}")
 
     old = WorkerState(settings)

@@ -12,20 +12,15 @@ from typing import Any
 import orjson
 import pytest
 from support.memstore import MemoryStore
+from support.messages import small_job
 
-from rankwatch.schemas.batching import BatchingRule
 from rankwatch.schemas.codec import decode, encode_ops
-from rankwatch.sim.tracegen import GenConfig, generate_trace
 from rankwatch.streams.kit.output import Source
-from rankwatch.streams.ops.replay import replay_batches
 from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
 
 
 def messages() -> list[bytes]:
-    trace, meta = generate_trace(GenConfig(dp=2, pp=2, microbatches=2, steps=6, seed=1))
-    one_per_step = BatchingRule(window_s=0.0)  # one message per rank and step, in step order
-    batches = replay_batches(trace, meta, "j", time.time_ns(), rule=one_per_step)
-    return [encode_ops(b.batch) for b in batches]
+    return [encode_ops(b) for b in small_job()]
 
 
 def consume(state: WorkerState, items: list[tuple[int, bytes]]) -> None:
