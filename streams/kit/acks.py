@@ -14,6 +14,7 @@ Pure: tokens are whatever the shell acknowledges (faust events); no clock, no I/
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -99,62 +100,44 @@ class InOrder(Generic[T]):
     consumer commits the same offsets. Tokens of partitions given up (a rebalance) are
     never handed over: their messages are read again."""
 
-    _queues: dict[Partition, list[T]] = field(default_factory=dict)
-    """partition -> tokens in arrival order, from the first not handed over yet"""
-    _heads: dict[Partition, int] = field(default_factory=dict)
-    """partition -> index of the first token of its queue not handed over"""
-    _ready: dict[Partition, set[int]] = field(default_factory=dict)
-    """partition -> indexes (into its queue) of tokens safe but waiting for earlier ones"""
-    _where: dict[Hashable, tuple[Partition, int]] = field(default_factory=dict)
-    """token -> (partition, index), for tokens not yet safe (faust events hash by
+    _queues: dict[Partition, deque[T]] = field(default_factory=dict)
+    """partition -> its tokens not handed over yet, in arrival order"""
+    _where: dict[Hashable, Partition] = field(default_factory=dict)
+    """token -> partition, for tokens not handed over yet (faust events hash by
     identity; any hashable token unique among those in flight will do)"""
+    _ready: set[Hashable] = field(default_factory=set)
+    """tokens safe but waiting for an earlier message of their partition"""
 
     @property
     def held(self) -> int:
         """Safe tokens waiting for an earlier message of their partition."""
-        return sum(len(r) for r in self._ready.values())
+        return len(self._ready)
 
     def received(self, token: T, partition: Partition) -> None:
         """A message was read from ``partition`` (call in the order they arrive)."""
-        queue = self._queues.setdefault(partition, [])
-        self._where[token] = (partition, len(queue))
-        queue.append(token)
+        self._where[token] = partition
+        self._queues.setdefault(partition, deque()).append(token)
 
     def release(self, safe: list[T]) -> list[T]:
         """``safe`` tokens may be acknowledged: those now at the head of their partitions
         (and the safe ones behind them), in order; the rest wait. Tokens not received
-        here (or of a partition given up since) are dropped."""
+        here, already handed over, or of a partition given up since are dropped."""
         touched: set[Partition] = set()
         for token in safe:
-            where = self._where.pop(token, None)
-            if where is not None:
-                self._ready.setdefault(where[0], set()).add(where[1])
-                touched.add(where[0])
+            partition = self._where.get(token)
+            if partition is not None:
+                self._ready.add(token)
+                touched.add(partition)
         out: list[T] = []
         for partition in touched:
-            out += self._advance(partition)
-        return out
-
-    def _advance(self, partition: Partition) -> list[T]:
-        queue, ready = self._queues[partition], self._ready[partition]
-        head = start = self._heads.get(partition, 0)
-        while head in ready:
-            ready.discard(head)
-            head += 1
-        self._heads[partition] = head
-        out = queue[start:head]
-        if head == len(queue):  # all handed over: start the partition afresh
-            del self._queues[partition]
-            self._heads.pop(partition, None)
-            self._ready.pop(partition, None)
-        elif head > 4096:  # drop the handed-over prefix now and then
-            self._queues[partition] = queue[head:]
-            self._ready[partition] = {i - head for i in ready}
-            self._heads[partition] = 0
-            for token in self._queues[partition]:
-                p, i = self._where.get(token, (partition, -1))
-                if p == partition and i >= head:
-                    self._where[token] = (p, i - head)
+            queue = self._queues[partition]
+            while queue and queue[0] in self._ready:
+                token = queue.popleft()
+                self._ready.discard(token)
+                del self._where[token]
+                out.append(token)
+            if not queue:
+                del self._queues[partition]
         return out
 
     def forget(self, partitions: set[Partition] | None = None) -> None:
@@ -163,5 +146,4 @@ class InOrder(Generic[T]):
         for partition in gone:
             for token in self._queues.pop(partition):
                 self._where.pop(token, None)
-            self._heads.pop(partition, None)
-            self._ready.pop(partition, None)
+                self._ready.discard(token)
