@@ -50,9 +50,9 @@ JOBSTATE_MAX_BYTES = DEFAULT_MAX_BYTES
 
 BEHIND_TICKS = 2.0
 """A worker whose latest message is older than this many ticks is working through a
-backlog, and stores closed steps once a tick, not once per ``store_gap_s``: a drain of
-short steps stored up to ten times a second took about 15% more CPU per record
-(benchmarks/README.md, "Closed steps stored at once"). Two ticks, so that a live burst
+backlog, and stores closed steps once a tick, not once per ``store_gap_s``: drains that
+stored every closed step at once took 14-23% more CPU per record (benchmarks/README.md,
+"Closed steps stored at once" and its re-landed sequel). Two ticks, so that a live burst
 (a large job's step end: 0.7-1 s of work) and clocks a few hundred ms apart do not
 count as a backlog."""
 
@@ -73,8 +73,6 @@ def _with_stored_batches(
     of still open steps stored after it would otherwise be stored a second time when
     their messages are read again (they are acknowledged only once their step closes)."""
     later = stored_open_batches(store, job, handed.closed_steps, assembly.closed_memory)
-    if later <= handed.stored_batches:
-        return handed
     return replace(handed, stored_batches=handed.stored_batches | later)
 
 
