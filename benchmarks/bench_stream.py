@@ -17,6 +17,9 @@ Cases:
   worker's group assignment to the last offset committed (committed = stored), and the
   worker's peak RSS (VmHWM): bounded memory means the N-times-longer replay peaks
   within a small constant of the 1x one.
+- ``floor``: the same ``--copies`` drained the same way by ``faust_floor.py``, a faust
+  app with the worker's consumer settings that only acknowledges each message: CPU
+  per message with nothing done, the floor under any faust worker's per-message cost.
 - ``group``: horizontal scale. Four jobs (the trace under four names whose keys land
   on the four partitions of the topic), ``--copies`` long each, drained by one worker
   and by two workers in one consumer group, each worker pinned to its own core:
@@ -168,17 +171,24 @@ def _settle(state: Any) -> None:
 
 
 def drain(
-    broker: str, batches: list[ReplayedBatch], work: Path, name: str, **env: str
+    broker: str,
+    batches: list[ReplayedBatch],
+    work: Path,
+    name: str,
+    argv: list[str] | None = None,
+    **env: str,
 ) -> dict[str, Any]:
     """Time one pinned worker taking a replay into chDB: the worker joins an empty
-    topic, then the (pre-encoded) replay is sent as fast as the producer goes."""
+    topic, then the (pre-encoded) replay is sent as fast as the producer goes.
+    ``argv``: another consumer to time the same way (``faust_floor.py``)."""
     prefix = f"b{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.ops"
     asyncio.run(create_topics(broker, [topic], 1))
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     records = sum(len(b.batch) for b in batches)
     encoded = [(b.batch.job.encode(), _encode(b.batch)) for b in batches]
-    worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / name}", work, name, **env))
+    dsn = f"chdb://{work / name}"
+    worker = _pinned(WorkerProcess(broker, prefix, dsn, work, name, argv, **env))
     try:
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
@@ -207,8 +217,13 @@ def drain(
         "records_per_s": records / seconds,
         "worker_cpu_s": cpu,
         "records_per_cpu_s": records / cpu,
+        "cpu_us_per_message": 1e6 * cpu / len(batches),
         "peak_rss_mib": peak,
     }
+
+
+FLOOR_APP = [sys.executable, str(Path(__file__).with_name("faust_floor.py")), "worker"]
+"""The consumer alone (``faust_floor.py``), drained like a worker: the ``floor`` case."""
 
 
 def group(
@@ -501,7 +516,7 @@ def main() -> int:
     parser.add_argument(
         "--cases",
         default="core,kafka-1x,kafka-Nx,latency",
-        help="comma-separated subset of core, shell, kafka-1x, kafka-Nx, latency, group",
+        help="comma-separated subset of core, shell, floor, kafka-1x, kafka-Nx, latency, group",
     )
     parser.add_argument("--repeats", type=int, default=3, help="group case: runs of each")
     parser.add_argument("--json", action="store_true")
@@ -542,11 +557,14 @@ def main() -> int:
         bootstrap = broker.start()
         if "kafka-1x" in cases or ("latency" in cases and not (args.rate or args.step_s)):
             results["kafka-1x"] = drain(bootstrap, one, work, "x1")
-        if "kafka-Nx" in cases:
+        if "kafka-Nx" in cases or "floor" in cases:
             many = list(
                 replay_repeated(trace, meta, "bench", time.time_ns(), args.copies, rule, scale)
             )
-            results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
+            if "floor" in cases:
+                results[f"floor-{args.copies}x"] = drain(bootstrap, many, work, "f", FLOOR_APP)
+            if "kafka-Nx" in cases:
+                results[f"kafka-{args.copies}x"] = drain(bootstrap, many, work, f"x{args.copies}")
             del many
         if args.without_ops:
             results["kafka-1x-without-ops"] = drain(

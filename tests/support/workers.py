@@ -34,8 +34,18 @@ class WorkerProcess:
     """``rankwatch worker`` in a subprocess, with its log and health file."""
 
     def __init__(
-        self, bootstrap: str, prefix: str, dsn: str, workdir: Path, name: str = "worker", **env: str
+        self,
+        bootstrap: str,
+        prefix: str,
+        dsn: str,
+        workdir: Path,
+        name: str = "worker",
+        argv: list[str] | None = None,
+        **env: str,
     ) -> None:
+        """``argv``: another program to run with the worker's environment (default
+        ``python -m rankwatch worker``). It runs in ``workdir``, where faust puts its
+        data directory."""
         self.status_file = workdir / f"{name}.status.json"
         self.log = workdir / f"{name}.log"
         full_env = {
@@ -52,7 +62,11 @@ class WorkerProcess:
         self.status_file.unlink(missing_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rankwatch", "worker"], env=full_env, stdout=out, stderr=out
+                argv or [sys.executable, "-m", "rankwatch", "worker"],
+                env=full_env,
+                cwd=workdir,
+                stdout=out,
+                stderr=out,
             )
 
     def status(self) -> dict[str, Any]:
