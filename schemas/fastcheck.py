@@ -8,17 +8,25 @@ instance is valid; when it is not, the caller asks jsonschema for the error (pat
 message), so both always agree on the verdict for what this supports. Keywords outside
 the subset make :func:`compile_check` raise, so a schema change can never be silently
 ignored here.
+
+The subset covers every JSON message schema shipped (all kinds but the ops frames, which
+the frame reader checks): the codec checks each incoming heartbeat, stack, metrics
+sample and outgoing result with it first, and a heartbeat then costs about 9 µs
+instead of jsonschema's 330. ``$ref`` is resolved into the root's ``$defs`` only, and
+``pattern`` is searched with Python's ``re``, as jsonschema does.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 Check = Callable[[Any], bool]
 
-_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
+_ANNOTATIONS = frozenset({"$schema", "$id", "$defs", "title", "description"})
 _SUPPORTED = _ANNOTATIONS | {
+    "$ref",
     "type",
     "const",
     "enum",
@@ -28,6 +36,10 @@ _SUPPORTED = _ANNOTATIONS | {
     "maxLength",
     "minItems",
     "maxItems",
+    "maxProperties",
+    "pattern",
+    "propertyNames",
+    "oneOf",
     "items",
     "required",
     "properties",
@@ -48,23 +60,32 @@ _TYPE_TESTS = {
 
 def compile_check(schema: Mapping[str, Any]) -> Check:
     """A predicate equivalent to draft 2020-12 validation of ``schema`` (subset only)."""
-    writer = _Writer()
-    writer.node(schema, "v", 1)
-    source = "\n".join(["def check(v):", *writer.lines, "    return True", ""])
-    namespace: dict[str, Any] = {"_json_equal": _json_equal, **writer.constants}
-    exec(compile(source, "<fastcheck>", "exec"), namespace)  # source written above, from the schema
-    check: Check = namespace["check"]
-    check.source = source  # type: ignore[attr-defined]  # for reading and debugging
-    return check
+    return _Writer(schema.get("$defs", {})).compiled(schema)
 
 
 class _Writer:
     """Emits ``if <instance fails>: return False`` lines for each schema node."""
 
-    def __init__(self) -> None:
+    def __init__(self, defs: Mapping[str, Any], expanding: tuple[str, ...] = ()) -> None:
         self.lines: list[str] = []
-        self.constants: dict[str, Any] = {}
+        self.constants: dict[str, Any] = {"_json_equal": _json_equal, "_MISSING": _MISSING}
         self._names = 0
+        self._defs = defs  # the root's $defs
+        self._expanding = list(expanding)  # the $refs being written out, to refuse recursion
+
+    def compiled(self, schema: Mapping[str, Any]) -> Check:
+        """``schema`` as one function."""
+        self.node(schema, "v", 1)
+        source = "\n".join(["def check(v):", *self.lines, "    return True", ""])
+        namespace = dict(self.constants)
+        exec(compile(source, "<fastcheck>", "exec"), namespace)  # written above, from the schema
+        check: Check = namespace["check"]
+        check.source = source  # type: ignore[attr-defined]  # for reading and debugging
+        return check
+
+    def _branch(self, schema: Mapping[str, Any]) -> str:
+        """A subschema compiled as its own function (a ``oneOf`` branch), by name."""
+        return self._constant(_Writer(self._defs, tuple(self._expanding)).compiled(schema))
 
     def _new(self, prefix: str) -> str:
         self._names += 1
@@ -82,17 +103,32 @@ class _Writer:
         unknown = set(schema) - _SUPPORTED
         if unknown:
             raise ValueError(f"fastcheck does not support {sorted(unknown)}")
-        if schema.get("additionalProperties", False) is not False:
-            raise ValueError("fastcheck supports additionalProperties: false only")
+        if "$ref" in schema:
+            self._ref(schema["$ref"], v, depth)
         if "type" in schema:
             names = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
             tests = " or ".join(_TYPE_TESTS[name].format(v=v) for name in names)
             self._fail_if(f"not ({tests})", depth)
         self._values(schema, v, depth)
-        if {"properties", "required", "additionalProperties"} & set(schema):
+        if "oneOf" in schema:
+            branches = ", ".join(self._branch(sub) for sub in schema["oneOf"])
+            self._fail_if(f"[b({v}) for b in ({branches},)].count(True) != 1", depth)
+        if {"properties", "required", "additionalProperties", "propertyNames"} & set(schema):
             self._object(schema, v, depth)
         if "items" in schema or "prefixItems" in schema:
             self._array(schema, v, depth)
+
+    def _ref(self, ref: str, v: str, depth: int) -> None:
+        """A ``#/$defs/<name>`` of the root, written out in place (it applies beside the
+        node's other keywords, as in draft 2020-12); other and recursive refs raise."""
+        name = ref.removeprefix("#/$defs/")
+        if name == ref or "/" in name or name not in self._defs:
+            raise ValueError(f"fastcheck supports $ref to the root's $defs only, not {ref!r}")
+        if name in self._expanding:
+            raise ValueError(f"fastcheck does not support recursive $ref {ref!r}")
+        self._expanding.append(name)
+        self.node(self._defs[name], v, depth)
+        self._expanding.pop()
 
     def _values(self, s: Mapping[str, Any], v: str, depth: int) -> None:
         """Each keyword applies only to instances of its type, as JSON Schema says."""
@@ -106,11 +142,15 @@ class _Writer:
             self._fail_if(f"{num} and not {v} >= {self._constant(s['minimum'])}", depth)
         if "maximum" in s:
             self._fail_if(f"{num} and not {v} <= {self._constant(s['maximum'])}", depth)
+        if "pattern" in s:  # searched, not matched, as jsonschema does (Python's re)
+            pattern = self._constant(re.compile(s["pattern"]))
+            self._fail_if(f"type({v}) is str and not {pattern}.search({v})", depth)
         for keyword, kind, op in (
             ("minLength", "str", ">="),
             ("maxLength", "str", "<="),
             ("minItems", "list", ">="),
             ("maxItems", "list", "<="),
+            ("maxProperties", "dict", "<="),
         ):
             if keyword in s:
                 bound = self._constant(s[keyword])
@@ -120,18 +160,30 @@ class _Writer:
         pad = "    " * depth
         self.lines.append(f"{pad}if type({v}) is dict:")
         self.lines.append(f"{pad}    pass")
-        if "additionalProperties" in schema:
+        extra = schema.get("additionalProperties", True)
+        if extra is not True:
             allowed = self._constant(frozenset(schema.get("properties", {})))
-            self._fail_if(f"not {v}.keys() <= {allowed}", depth + 1)
+            if extra is False:
+                self._fail_if(f"not {v}.keys() <= {allowed}", depth + 1)
+            else:  # a schema every other property's value must meet
+                name, item = self._new("x"), self._new("x")
+                self.lines.append(f"{pad}    for {name}, {item} in {v}.items():")
+                self.lines.append(f"{pad}        if {name} not in {allowed}:")
+                self.lines.append(f"{pad}            pass")
+                self.node(extra, item, depth + 3)
         for key in schema.get("required", ()):
             self._fail_if(f"{key!r} not in {v}", depth + 1)
+        if "propertyNames" in schema:
+            name = self._new("x")
+            self.lines.append(f"{pad}    for {name} in {v}:")
+            self.lines.append(f"{pad}        pass")
+            self.node(schema["propertyNames"], name, depth + 2)
         for key, sub in schema.get("properties", {}).items():
             item = self._new("x")
             self.lines.append(f"{pad}    {item} = {v}.get({key!r}, _MISSING)")
             self.lines.append(f"{pad}    if {item} is not _MISSING:")
             self.lines.append(f"{pad}        pass")
             self.node(sub, item, depth + 2)
-            self.constants["_MISSING"] = _MISSING
 
     def _array(self, schema: Mapping[str, Any], v: str, depth: int) -> None:
         pad = "    " * depth
