@@ -350,13 +350,14 @@ def latency(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
         )
         t0 = time.monotonic()
-        step_end = asyncio.run(_paced(broker, topic, batches, origin_ns))
+        step_end, last_sent = asyncio.run(_paced(broker, topic, batches, origin_ns))
         achieved = sum(len(b.batch) for b in batches) / (time.monotonic() - t0)
         announced = asyncio.run(_announced(broker, f"{prefix}.steps", len(step_end), 120))
         peak = _vmhwm_mib(worker.proc.pid)
     finally:
         worker.stop()
     lat = sorted(announced[k] - step_end[k] for k in announced if k in step_end)
+    after = sorted(announced[k] - last_sent[k] for k in announced if k in last_sent)
     return {
         "achieved_records_per_s": achieved,
         "steps": len(lat),
@@ -364,15 +365,21 @@ def latency(
         "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
         "max_s": lat[-1] if lat else None,
         "latencies_s": [round(x, 3) for x in lat],
+        # from the step's last closing message handed to the producer: the worker's part
+        # (and the broker's), without the benchmark's own sending of the step's burst
+        "after_last_send_p50_s": statistics.median(after) if after else None,
+        "after_last_send_max_s": after[-1] if after else None,
+        "after_last_send_s": [round(x, 3) for x in after],
         "peak_rss_mib": peak,
     }
 
 
 async def _paced(
     broker: str, topic: str, batches: list[ReplayedBatch], origin_ns: int
-) -> dict[int, float]:
+) -> tuple[dict[int, float], dict[int, float]]:
     """Send each message at its time on the replay's timeline (``origin_ns`` now), in
-    real time; returns the wall time each step ended on its last rank."""
+    real time; returns the wall time each step ended on its last rank, and when the
+    last message that closes it was handed to the producer."""
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(
@@ -381,6 +388,7 @@ async def _paced(
     await producer.start()
     encoded = [_encode(item.batch) for item in batches]  # not on the paced path
     ends: dict[int, int] = {}
+    sent: dict[int, float] = {}
     for item in batches:
         b = item.batch
         for step in {s for s, _ in b.steps_done}:
@@ -393,10 +401,12 @@ async def _paced(
             if ahead > 0:
                 await asyncio.sleep(ahead)
             await producer.send(topic, value, key=item.batch.job.encode())
+            for step, _ in item.batch.steps_done:
+                sent[step] = time.time()
         await producer.flush()
     finally:
         await producer.stop()
-    return {step: wall0 + (end - origin_ns) / 1e9 for step, end in ends.items()}
+    return {step: wall0 + (end - origin_ns) / 1e9 for step, end in ends.items()}, sent
 
 
 async def _announced(broker: str, topic: str, want: int, timeout_s: float) -> dict[int, float]:
