@@ -7,7 +7,10 @@ Run from the repo root:
 For batches of 39 (an SE rank's step), 182 (the generated job's) and 2,000 records:
 encoded bytes per record, and the best and median of 7 runs of ``decode_ops`` and of
 ``encode_ops`` (the codec's, numpy), µs per message. Figures: benchmarks/README.md,
-"ops v3 frames and batched steps".
+"ops v3 frames and batched steps". Then every other kind's example message (the
+heartbeats, stacks and metrics the workers read; the steps, alerts and signals they
+write): ``decode`` and ``encode``, each validated, µs per message ("Every message
+checked by a compiled check first").
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rankwatch.schemas.codec import decode_ops, encode_ops
-from rankwatch.schemas.examples import example_batch
+import orjson
+
+from rankwatch.schemas.codec import decode, decode_ops, encode, encode_ops
+from rankwatch.schemas.examples import example, example_batch
+from rankwatch.schemas.registry import KINDS
 
 
 def _runs(f: Callable[[], Any], loops: int, repeat: int = 7) -> dict[str, float]:
@@ -46,6 +52,16 @@ def main() -> None:
                     lambda b=batch, v=version: encode_ops(b, version=v), max(50, loops // 4)
                 ),
             }
+    for kind in KINDS:
+        if kind == "ops":
+            continue
+        message = example(kind)
+        data = orjson.dumps(message)
+        report[kind] = {
+            "bytes": len(data),
+            "decode": _runs(lambda k=kind, d=data: decode(k, d), 2000),
+            "encode": _runs(lambda k=kind, m=message: encode(k, m), 2000),
+        }
     print(json.dumps(report, indent=2))
 
 
