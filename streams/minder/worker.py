@@ -145,6 +145,8 @@ class MinderState:
         self.clock = clock
         self.heard: dict[str, float] = {}
         """job -> when its latest message came (this worker's clock, seconds)"""
+        self.job_partitions: dict[str, tuple[str, int]] = {}
+        """job -> the (topic, partition) its messages come from"""
 
     def on_message(
         self,
@@ -164,6 +166,7 @@ class MinderState:
             self._refuse(value, Source(topic, partition, offset, key), exc)
             self._settle(token)
             return
+        self.job_partitions[msg["job"]] = (topic, partition)
         monitor = self.monitors.get(msg["job"]) or self._meet(msg["job"])
         if msg["ts_ns"] <= self.covered_ns.get(msg["job"], -1):  # read again after a restart
             self._settle(token)
@@ -211,6 +214,20 @@ class MinderState:
             **self.delivery.snapshot(),
             "topics": dict(self.topics),
         }
+
+    def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:
+        """The partitions were revoked: drop their jobs' monitors and tokens. Their next
+        owner (faust rebalances eagerly, so maybe this worker again) recalls each job
+        from its latest stored snapshot and reads the messages after the committed
+        offset again; a monitor kept here would miss whatever another owner read
+        meanwhile, and its tokens belong to reads the consumer has given up."""
+        gone = [job for job, tp in self.job_partitions.items() if tp in revoked]
+        for job in gone:
+            del self.monitors[job], self.job_partitions[job]
+            self.unacked.pop(job, None)
+            self.covered_ns.pop(job, None)
+            self.heard.pop(job, None)
+        self.order.forget(revoked)
 
     def take_acks(self) -> list[Token]:
         """The tokens to acknowledge now, in read order per partition."""
@@ -303,4 +320,14 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         await publish(state.delivery, topics)
         await status(state.snapshot())
 
+    async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
+        """Store what is due (snapshots included, so the next owner recalls them) and
+        acknowledge what it covers, then give the revoked partitions' jobs up."""
+        state.on_tick()
+        for event in state.take_acks():
+            event.ack()
+        state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+        await publish(state.delivery, topics)
+
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
     return app, state

@@ -5,6 +5,8 @@ a job that falls silent does not hold its messages for ever."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 from support.memstore import MemoryStore
@@ -66,3 +68,51 @@ def test_a_covered_message_waits_for_an_uncovered_one_read_before_it() -> None:
     state.on_tick()
     acks = state.take_acks()
     assert acks[0] == "k" and len(acks) == 1 + 23 * 4
+
+
+class SnapshotStore(MemoryStore):
+    """Answers the latest-snapshot query from the rows inserted (and nothing else)."""
+
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict]:
+        self._check()
+        if "detector_state" not in sql or parameters is None:
+            return []
+        mine = [
+            row
+            for row in self.rows.get("detector_state", [])
+            if (row["job"], row["detector"]) == (parameters["job"], parameters["detector"])
+        ]
+        return [max(mine, key=lambda row: row["version"])] if mine else []
+
+
+def test_revoked_partitions_jobs_are_recalled_from_their_snapshot_by_the_next_owner() -> None:
+    """Two jobs on two partitions; the first partition is revoked after a snapshot was
+    stored: its job's monitor and tokens go (the tokens are never handed over), the other
+    job keeps its own; read again, the job is recalled from the stored snapshot, and the
+    samples that snapshot covers are acknowledged without being counted twice."""
+    now = [0.0]
+    settings = MinderSettings("b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=10))
+    store = SnapshotStore()
+    state = MinderState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
+
+    def send(job: str, partition: int, seconds: range, tag: str) -> None:
+        for s in seconds:
+            msg = metrics_message(job, "h0", T0 + s * NS, {"cpu_util": 50.0})
+            state.on_message(orjson.dumps(msg), "m", partition, s, token=(tag, job, s))
+
+    send("j", 0, range(0, 23), "first")
+    send("k", 1, range(0, 5), "first")
+    assert state.on_tick()
+    acked = state.take_acks()
+    assert {t for t in acked if t[1] == "j"} == {("first", "j", s) for s in range(21)}
+    state.forget_partitions({("m", 0)})
+    assert set(state.monitors) == {"k"} and "j" not in state.unacked
+    assert state.take_acks() == []  # j's uncovered tokens (21, 22) are never handed over
+    send("j", 0, range(0, 23), "again")  # the next owner reads from the committed offset
+    assert state.restored_jobs == 1
+    assert state.monitors["j"].late == 0  # covered samples are not fed again
+    now[0] += 1000.0  # both fall silent: everything left is let go
+    state.on_tick()
+    rest = state.take_acks()
+    assert {t for t in rest if t[1] == "j"} == {("again", "j", s) for s in range(23)}
+    assert {t for t in acked + rest if t[1] == "k"} == {("first", "k", s) for s in range(5)}
