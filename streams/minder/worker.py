@@ -223,7 +223,8 @@ class MinderState:
         meanwhile, and its tokens belong to reads the consumer has given up."""
         gone = [job for job, tp in self.job_partitions.items() if tp in revoked]
         for job in gone:
-            del self.monitors[job], self.job_partitions[job]
+            del self.job_partitions[job]
+            self.monitors.pop(job, None)
             self.unacked.pop(job, None)
             self.covered_ns.pop(job, None)
             self.heard.pop(job, None)
