@@ -13,8 +13,10 @@ step's notes: a healthy distribution is smooth, GC pauses and stray synchronisat
 make it jump (docs/detection.md, section 3).
 
 torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``
-and ``synchronize``). Untested on a GPU in this repository's CI (no GPU there); the
-unit tests drive it with stand-in events.
+and ``synchronize``). CI has no GPU, so the unit tests drive it with stand-in events;
+``benchmarks/check_cuda_timer.py`` checks it on a real one (durations against torch's
+own events, anchoring against host clock readings, ``collect`` not waiting), run on an
+NVIDIA H200 on 2026-11-26 (``benchmarks/README.md``, "Hooks").
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class _GpuOp:
     def __enter__(self) -> None:
         t = self.timer
         launch = t.rw.clock.read()  # CPU side: the op is issued now
-        start = t.cuda.Event(enable_timing=True)
+        start = t._event()
         start.record()
         t._open.append((self, t.rw.step, t.rw.next_seq(self.optype), start, launch))
 
@@ -46,21 +48,31 @@ class _GpuOp:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         t = self.timer
-        end = t.cuda.Event(enable_timing=True)
+        end = t._event()
         end.record()
         op, step, seq, start, launch = t._open.pop()
         t.pending.append((op, step, seq, start, end, launch))
 
 
 class CudaTimer:
+    MAX_FREE_EVENTS = 4096
+    """Completed events kept for reuse: two new events per op cost the training thread
+    3-8 µs more than two reused ones (an H200 with torch 2.11: 34-50 µs per timed op
+    reused, 38-58 new, 7-10 for the bare launch; ``benchmarks/README.md``, "Hooks")."""
+
     def __init__(self, rw: RankWatch, cuda: Any, anchor_every_s: float = 60.0) -> None:
         self.rw = rw
         self.cuda = cuda
+        self._free: list[Any] = []
         self.anchor_every_ns = int(anchor_every_s * 1e9)
         self.pending: deque[tuple[_GpuOp, int, int, Any, Any, int]] = deque()
         self._open: list[tuple[_GpuOp, int, int, Any, int]] = []
         self.anchor()
         rw.collectors.append(self.collect)
+
+    def _event(self) -> Any:
+        """A timing event: a completed one again, else a new one."""
+        return self._free.pop() if self._free else self.cuda.Event(enable_timing=True)
 
     def anchor(self) -> None:
         """Tie GPU time to the host clock (synchronises the device: call it rarely)."""
@@ -95,6 +107,8 @@ class CudaTimer:
             self.pending.popleft()
             t0 = self._anchor_raw + round(self._anchor_event.elapsed_time(start) * _MS)
             t1 = t0 + round(start.elapsed_time(end) * _MS)
+            if len(self._free) < self.MAX_FREE_EVENTS:  # both completed: safe to record again
+                self._free += (start, end)
             self.rw.emit(op.optype, seq, t0, t1, op.mb, op.chunk, op.gmc, step=step)
             self.rw.note_issue(max(0, t0 - launch))  # GPU start - CPU launch
             emitted += 1

@@ -20,12 +20,14 @@ class FakeCuda:
         self.gpu_ms = 0.0
         self.done = 10**9
         self.recorded = 0
+        self.made = 0
         cuda = self
 
         class Event:
             def __init__(self, enable_timing: bool = False) -> None:
                 self.t = 0.0
                 self.n = 0
+                cuda.made += 1
 
             def record(self) -> None:
                 cuda.gpu_ms += 2.0
@@ -78,7 +80,8 @@ def test_events_become_records_on_the_host_clock_once_complete() -> None:
 
 
 def test_issue_latency_is_gpu_start_minus_cpu_launch() -> None:
-    """Stand-in events only: the CUDA path is untested on a real GPU here."""
+    """Stand-in events (CI has no GPU; benchmarks/check_cuda_timer.py is the real-GPU
+    check)."""
     reads: list[int] = []
     ticks = itertools.count(1_000_000, 1_000)
 
@@ -102,3 +105,35 @@ def test_issue_latency_is_gpu_start_minus_cpu_launch() -> None:
     launch = reads[n]
     timer.collect()
     assert rw.notes.issue_ns == [anchor_raw + 2_000_000 - launch]
+
+
+def test_completed_events_are_recorded_again_not_made_anew() -> None:
+    """A new event costs the training thread more than a reused one: the events of
+    collected ops are reused, and the times read from them are those of their new use."""
+    ticks = itertools.count(1_000_000, 1_000)
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
+        SinkTransport(lambda k, v: None),
+        clock=Clock(read=lambda: next(ticks), wall=lambda: 0),
+        start=False,
+    )
+    cuda = FakeCuda()
+    timer = CudaTimer(rw, cuda)  # anchor: 1 event, at 2 ms
+    rw.step_begin(0)
+    with timer.op("forward-compute", mb=0):  # 2 new events, at 4 and 6 ms
+        pass
+    cuda.done = 2  # its end has not completed: not collected, its events not reused
+    assert timer.collect() == 1
+    with timer.op("forward-compute", mb=1):  # 2 more new events, at 8 and 10 ms
+        pass
+    assert cuda.made == 5
+    cuda.done = 10**9
+    assert timer.collect() == 0
+    with timer.op("backward-compute", mb=0):  # reused, recorded at 12 and 14 ms
+        pass
+    assert timer.collect() == 0
+    assert cuda.made == 5
+    recs = rw.buffer.take()[0]
+    starts = [r[6] - rw.clock.shift_ns - timer._anchor_raw for r in recs]
+    assert starts == [2_000_000, 6_000_000, 10_000_000]
+    assert [r[7] for r in recs] == [2_000_000] * 3

@@ -1,0 +1,157 @@
+"""The hooks' CUDA-event path (``rankwatch.hooks.cuda``) on a real GPU: needs torch with
+CUDA, so it runs on a machine that has one, not in CI (whose unit tests drive the timer
+with stand-in events).
+
+    python benchmarks/check_cuda_timer.py          # prints JSON; exit status 1 if a check fails
+
+What it checks, each against an independent reading:
+- op durations against torch's own events recorded just inside the timed op;
+- op start and end times, on the host clock, inside the host's readings taken before
+  the launch and after a synchronize (the anchoring);
+- ``collect`` does not wait for a kernel still running, and returns it once done;
+- issue latencies (GPU start minus CPU launch) are never negative;
+- the op records encode to an ops message the codec reads back.
+And what it measures: the host time the timer adds per op on the training thread, and
+the drift of the anchor (host clock against GPU clock) over the run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+from rankwatch.hooks.cuda import CudaTimer
+from rankwatch.hooks.identity import Identity
+from rankwatch.hooks.records import encode_ops
+from rankwatch.hooks.tracker import RankWatch
+from rankwatch.hooks.transports import SinkTransport
+from rankwatch.schemas.codec import decode_ops
+
+MS = 1_000_000
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print(json.dumps({"skipped": "no CUDA device"}))
+        return 0
+    ident = Identity(job="gpu-check", host="gpu", rank=0, dp_rank=0, pp_rank=0)
+    rw = RankWatch(ident, SinkTransport(lambda kind, value: None), start=False)
+    a = torch.randn(8192, 8192, device="cuda")
+    (a @ a).sum().item()  # warm up cuBLAS before the anchor
+    timer = CudaTimer(rw, torch.cuda)
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    checks: dict[str, bool] = {}
+
+    rw.step_begin(0)
+    torch.cuda._sleep(50_000_000)  # ~25 ms of work ahead: the timed ops queue behind it, so
+    # the events' GPU times hold no host-side gaps between their records
+    launches, refs = [], []
+    for i, n in enumerate((1024, 2048, 4096, 8192)):
+        inner = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        launches.append(rw.clock.read())
+        with timer.op("forward-compute", mb=i):
+            inner[0].record()
+            a[:n, :n] @ a[:n, :n]
+            inner[1].record()
+        refs.append(inner)
+    launches.append(rw.clock.read())
+    with timer.op("backward-compute", mb=0):
+        torch.cuda._sleep(200_000_000)  # a kernel that spins for ~0.1 s
+    t0 = time.perf_counter()
+    pending = timer.collect()
+    report["collect_while_busy_s"] = time.perf_counter() - t0
+    checks["collect does not wait for a running kernel"] = (
+        pending >= 1 and report["collect_while_busy_s"] < 0.01
+    )
+    torch.cuda.synchronize()
+    synced = rw.clock.read()
+    checks["collect returns the kernel once done"] = timer.collect() == 0
+    records = rw.buffer.take()[0]
+    shift = rw.clock.shift_ns
+    starts = [r[6] - shift for r in records]
+    ends = [r[6] + r[7] - shift for r in records]
+    durations_ms = [r[7] / MS for r in records]
+    ref_ms = [s.elapsed_time(e) for s, e in refs]
+    report["durations_ms"] = [round(d, 4) for d in durations_ms]
+    report["torch_event_ms"] = [round(d, 4) for d in ref_ms]
+    # the timer's events sit just outside the reference pair: a little longer, never shorter
+    checks["durations match torch's events"] = all(
+        r <= d <= r * 1.02 + 0.05 for d, r in zip(durations_ms, ref_ms, strict=False)
+    )
+    checks["the ~0.1-s kernel measures over 20 ms"] = durations_ms[-1] > 20
+    slack = 100_000  # 0.1 ms for the anchor's own reading
+    checks["starts follow their launches on the host clock"] = all(
+        s >= launch - slack for s, launch in zip(starts, launches, strict=True)
+    )
+    checks["ends precede the synchronize on the host clock"] = all(
+        e <= synced + slack for e in ends
+    )
+    checks["ops do not overlap on one stream"] = all(
+        ends[i] <= starts[i + 1] + slack for i in range(len(ends) - 1)
+    )
+    report["issue_latency_us"] = [round(ns / 1000, 1) for ns in rw.notes.issue_ns]
+    checks["issue latencies are not negative"] = all(ns >= 0 for ns in rw.notes.issue_ns)
+    batch = decode_ops(encode_ops(ident, records, batch_seq=0, sent_ns=time.time_ns()))
+    checks["the records encode and decode"] = len(batch) == len(records)
+
+    report["host_us_per_op"] = _host_cost_per_op(rw, timer)
+    report["anchor_drift_us"] = _drift_us(timer)
+    report["checks"] = checks
+    print(json.dumps(report, indent=2))
+    return 0 if all(checks.values()) else 1
+
+
+def _host_cost_per_op(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[str, float]:
+    """Training-thread µs per tiny op launched bare, inside ``timer.op`` with completed
+    events reused, and with new events every op; steps of 100 ops, each followed by the
+    timer's ``collect`` (the step end's, counted too). Median of 5 rounds of ``n``, the
+    kinds in turn: the differences are what the timer costs a step."""
+    x = torch.zeros(16, device="cuda")
+    rounds: dict[str, list[float]] = {"bare": [], "timed": [], "timed, new events": []}
+
+    def steps(kind: str, ops: int) -> None:
+        for first in range(0, ops, 100):
+            for _ in range(min(100, ops - first)):
+                if kind == "bare":
+                    x.add_(1.0)
+                else:
+                    with timer.op("optimizer"):
+                        x.add_(1.0)
+            if kind != "bare":
+                timer.collect()
+
+    for _ in range(5):
+        for kind, times in rounds.items():
+            timer.MAX_FREE_EVENTS = 0 if kind == "timed, new events" else CudaTimer.MAX_FREE_EVENTS
+            timer._free.clear()
+            steps(kind, 200)  # warm: completed events in the pool, where reused
+            torch.cuda.synchronize()
+            timer.collect()
+            t0 = time.perf_counter()
+            steps(kind, n)
+            times.append((time.perf_counter() - t0) / n * 1e6)
+            torch.cuda.synchronize()
+            timer.collect()
+            rw.buffer.take()
+    return {kind: round(statistics.median(v), 2) for kind, v in rounds.items()}
+
+
+def _drift_us(timer: CudaTimer) -> float:
+    """Host time of a fresh event by the anchor, less the host clock read when it
+    completed on an idle device: how far the two clocks moved apart since the anchor."""
+    torch.cuda.synchronize()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    event.synchronize()
+    host = timer.rw.clock.read()
+    predicted = timer._anchor_raw + round(timer._anchor_event.elapsed_time(event) * MS)
+    return round((predicted - host) / 1000, 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
