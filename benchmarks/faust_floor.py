@@ -16,6 +16,7 @@ from typing import Any
 
 from rankwatch.streams.kit.faustapp import input_topic, new_app, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
+from rankwatch.streams.ops.worker import consumer_settings
 from rankwatch.streams.ops.worker_state import WorkerSettings
 
 
@@ -28,13 +29,7 @@ def build(env: dict[str, str]) -> Any:
         partitions=1,
         session_timeout_s=float(env.get("RANKWATCH_SESSION_TIMEOUT_S", "6")),
     )
-    app = new_app(  # the consumer settings of rankwatch.streams.ops.worker.build_app
-        settings,
-        consumer_max_fetch_size=settings.fetch_bytes,
-        stream_buffer_maxsize=settings.stream_buffer,
-        broker_commit_interval=settings.commit_interval_s,
-        stream_wait_empty=False,
-    )
+    app = new_app(settings, **consumer_settings(settings))
     status = StatusReporter(app, env.get("RANKWATCH_STATUS_FILE"), logging.getLogger("floor"))
     read = [0]
 

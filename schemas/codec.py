@@ -104,7 +104,8 @@ def _check_message(kind: str, message: Mapping[str, Any]) -> None:
 def _fast_check(kind: str, version: int) -> Check | None:
     """The compiled yes/no check of a kind's schema (jsonschema explains a failure), or
     None where the schema uses a keyword fastcheck does not know: jsonschema alone then.
-    A heartbeat costs jsonschema about 330 µs and this about 9 µs."""
+    Decoding a heartbeat took 199 µs with jsonschema alone, 17 with this first
+    (``benchmarks/bench_codec.py``)."""
     try:
         return compile_check(schema(kind, version))
     except ValueError:

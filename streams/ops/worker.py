@@ -36,13 +36,21 @@ def topic_names(settings: WorkerSettings) -> list[str]:
     return [f"{settings.topic_prefix}.{kind}" for kind in ("ops", *OUTPUT_KINDS)]
 
 
+def consumer_settings(settings: WorkerSettings) -> dict[str, Any]:
+    """The faust settings of the ops worker's consumer (also those of the benchmarks'
+    consumer-alone app, ``benchmarks/faust_floor.py``, so both read alike)."""
+    return {
+        "consumer_max_fetch_size": settings.fetch_bytes,
+        "stream_buffer_maxsize": settings.stream_buffer,
+        "broker_commit_interval": settings.commit_interval_s,
+        "stream_wait_empty": False,  # unacknowledged events wait for their steps, not rebalances
+    }
+
+
 def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     app = new_app(
         settings,
-        consumer_max_fetch_size=settings.fetch_bytes,
-        stream_buffer_maxsize=settings.stream_buffer,
-        broker_commit_interval=settings.commit_interval_s,
-        stream_wait_empty=False,  # unacknowledged events wait for their steps, not rebalances
+        **consumer_settings(settings),
         producer_max_request_size=JOBSTATE_MAX_BYTES + 65536,  # a large job's jobstate
     )
     state = WorkerState(settings)
