@@ -365,6 +365,11 @@ def latency(
         "p95_s": lat[int(0.95 * (len(lat) - 1))] if lat else None,
         "max_s": lat[-1] if lat else None,
         "latencies_s": [round(x, 3) for x in lat],
+        # in step order: a job's first step also pays for meeting the job (its restore
+        # check reads the jobstate topic and the store; its plan is built)
+        "by_step_s": [
+            round(announced[k] - step_end[k], 3) for k in sorted(announced) if k in step_end
+        ],
         # from the step's last closing message handed to the producer: the worker's part
         # (and the broker's), without the benchmark's own sending of the step's burst
         "after_last_send_p50_s": statistics.median(after) if after else None,
