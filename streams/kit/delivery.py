@@ -98,7 +98,11 @@ class Delivery:
         settings' DSN, unless ``store`` (a store, or what opens one) is given."""
         if store is None:
             return cls(
-                lambda: Store.connect(settings.dsn, database=settings.database), max_rows, **kw
+                lambda: Store.connect(
+                    settings.dsn, settings.database, housekeeping_nice=settings.housekeeping_nice
+                ),
+                max_rows,
+                **kw,
             )
         connect = store if callable(store) else (lambda: store)
         return cls(connect, max_rows, **kw)

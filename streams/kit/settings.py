@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rankwatch.streams.kit.housekeeping import DEFAULT_NICE
+
 
 @dataclass(frozen=True)
 class ServiceSettings:
@@ -27,6 +29,8 @@ class ServiceSettings:
     """How often the worker's timer runs (closing steps, evaluating jobs, storing)."""
     session_timeout_s: float = 30.0
     """Kafka group session: how long a killed worker's partitions wait for a successor."""
+    housekeeping_nice: int = DEFAULT_NICE
+    """Embedded chDB's background threads run at this nice value (0: untouched)."""
     status_file: str | None = None
     """Where the worker writes its health (JSON) every tick; ``rankwatch worker --health
     FILE`` checks it (any worker's)."""

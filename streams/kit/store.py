@@ -37,6 +37,7 @@ import orjson
 from rankwatch.schemas import ddl
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import ops_columns
+from rankwatch.streams.kit.housekeeping import DEFAULT_NICE, Housekeeping
 
 DEFAULT_DATABASE = "rankwatch"
 LOCK_FILE = "rankwatch.lock"
@@ -88,9 +89,18 @@ class Column:
 class Store:
     """A connection to one rankwatch database. Use as a context manager or ``close()``."""
 
-    def __init__(self, client: Any, database: str, lock: _PathLock | None, where: str) -> None:
+    def __init__(
+        self,
+        client: Any,
+        database: str,
+        lock: _PathLock | None,
+        where: str,
+        housekeeping: Housekeeping | None = None,
+    ) -> None:
         self._client = client
         self._lock = lock
+        self.housekeeping = housekeeping
+        """Embedded chDB only: its background threads' priority, kept low after inserts."""
         self._columns: dict[str, tuple[Column, ...]] = {}
         self.database = database
         self.where = where  # the DSN without its password, for messages
@@ -98,12 +108,16 @@ class Store:
     # -- lifecycle ----------------------------------------------------------------------
 
     @classmethod
-    def connect(cls, dsn: str, database: str | None = None) -> Store:
+    def connect(
+        cls, dsn: str, database: str | None = None, housekeeping_nice: int = DEFAULT_NICE
+    ) -> Store:
         """Open ``dsn`` (see the module doc). The database is ``database``, else the one
-        in an HTTP DSN's path, else ``rankwatch``; it is created if missing."""
+        in an HTTP DSN's path, else ``rankwatch``; it is created if missing.
+        ``housekeeping_nice``: embedded chDB's merges and other background threads run at
+        this nice value (0: as the process; :mod:`~rankwatch.streams.kit.housekeeping`)."""
         scheme = urlsplit(dsn).scheme
         if scheme == "chdb":
-            return cls._connect_chdb(dsn[len("chdb://") :], database)
+            return cls._connect_chdb(dsn[len("chdb://") :], database, housekeeping_nice)
         if scheme in ("http", "https"):
             return cls._connect_http(dsn, database)
         raise StoreError(
@@ -111,7 +125,7 @@ class Store:
         )
 
     @classmethod
-    def _connect_chdb(cls, location: str, database: str | None) -> Store:
+    def _connect_chdb(cls, location: str, database: str | None, nice: int) -> Store:
         import clickhouse_connect
 
         database = _identifier(database or DEFAULT_DATABASE)
@@ -129,7 +143,8 @@ class Store:
             if "already initialized with path" in why:
                 why = f"this process already has chDB open at another path ({why})"
             raise StoreError(f"cannot open chDB at {path or ':memory:'}: {why}") from exc
-        return cls(client, database, lock, f"chdb://{path or 'memory'}")._created()
+        where = f"chdb://{path or 'memory'}"
+        return cls(client, database, lock, where, Housekeeping(nice))._created()
 
     @classmethod
     def _connect_http(cls, dsn: str, database: str | None) -> Store:
@@ -226,8 +241,14 @@ class Store:
             raise StoreError(f"insert into {table}: rows must all have the same columns")
         self.insert_columns(table, {name: [row[name] for row in rows] for name in names})
 
-    def insert_columns(self, table: str, columns: Mapping[str, Sequence[Any] | np.ndarray]) -> None:
-        """Insert equal-length columns (lists or numpy arrays) in one batch.
+    def insert_columns(
+        self,
+        table: str,
+        columns: Mapping[str, Sequence[Any] | np.ndarray],
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Insert equal-length columns (lists or numpy arrays) in one batch, with these
+        query ``settings``.
 
         When every column is a numpy array of a type Arrow carries as it is (integers,
         floats, strings, ns times) the batch goes to the engine as one Arrow table: the
@@ -251,20 +272,25 @@ class Store:
         arrow = _arrow_table(known, columns)
         try:
             if arrow is not None:
-                self._client.insert_arrow(_identifier(table), arrow, database=self.database)
-                return
-            data = [_to_engine(known[name], values) for name, values in columns.items()]
-            self._client.insert(
-                _identifier(table),
-                data,
-                column_names=list(columns),
-                column_oriented=True,
-                database=self.database,
-            )
+                self._client.insert_arrow(
+                    _identifier(table), arrow, database=self.database, settings=settings
+                )
+            else:
+                data = [_to_engine(known[name], values) for name, values in columns.items()]
+                self._client.insert(
+                    _identifier(table),
+                    data,
+                    column_names=list(columns),
+                    column_oriented=True,
+                    database=self.database,
+                    settings=settings,
+                )
         except Exception as exc:
             raise StoreError(
                 f"insert into {table} at {self.where}: {_why(exc)}", transient=_transient(exc)
             ) from exc
+        if self.housekeeping is not None:  # inserts are what start merges
+            self.housekeeping()
 
     def insert_ops(self, batches: Sequence[OpBatch]) -> None:
         """Op batches into the ``ops`` table, in one insert (header fields repeated)."""

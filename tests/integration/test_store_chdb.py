@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from rankwatch.commands import db as db_command
 from rankwatch.schemas.ddl import migrations, tables
 from rankwatch.schemas.examples import T0_NS, example, example_batch
 from rankwatch.schemas.tables import CONTRACTS
+from rankwatch.streams.kit.housekeeping import BACKGROUND_THREADS
 from rankwatch.streams.kit.output import alert_row
 from rankwatch.streams.kit.store import Store, StoreError
 
@@ -298,3 +300,42 @@ def test_in_memory() -> None:
     with Store.connect("chdb://memory", database="scratch") as store:
         assert store.migrate() == [m.name for m in migrations()]
         assert store.where == "chdb://memory"
+
+
+def _threads() -> list[tuple[str, int]]:
+    """(name, nice value) of each thread of this process."""
+    out = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            name = Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+            out.append((name, os.getpriority(os.PRIO_PROCESS, int(tid))))
+        except OSError:  # ended meanwhile
+            continue
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_chdb_merges_run_at_the_housekeeping_nice_value(store: Store) -> None:
+    """The thread names the store lowers are the ones chDB gives its merges (a chDB that
+    renamed them would leave its merges competing with the worker, silently)."""
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base >= 19:
+        pytest.skip("this process runs at nice 19 already")
+    assert store.housekeeping is not None
+    store.housekeeping.every_s = 0.0
+    deadline = time.monotonic() + 30
+    version = 0
+    while not any(name == "MergeMutate" for name, _ in _threads()):
+        assert time.monotonic() < deadline, f"no merge thread in 30 s: {sorted(_threads())}"
+        version += 1  # parts of one partition, which chDB merges in the background
+        store.insert("steps", [_steps_row(version=version)])
+        time.sleep(0.05)
+    store.insert("steps", [_steps_row(version=version + 1)])  # the insert after lowers them
+    threads = _threads()
+    assert {nice for name, nice in threads if name == "MergeMutate"} == {19}
+    assert {nice for name, nice in threads if name == "python"} == {base}
+    # ClickHouse's shared pool threads that a merge started inherit its priority (Linux
+    # threads do), also when they later serve an insert: they are not checked here
+    shared = {"ThreadPool", *BACKGROUND_THREADS}
+    lowered = [(name, nice) for name, nice in threads if nice == 19 and name not in shared]
+    assert lowered == [], sorted(threads)
