@@ -293,9 +293,15 @@ class Store:
             self.housekeeping()
 
     def insert_ops(self, batches: Sequence[OpBatch]) -> None:
-        """Op batches into the ``ops`` table, in one insert (header fields repeated)."""
+        """Op batches into the ``ops`` table, in one insert (header fields repeated).
+
+        Without ClickHouse's collapse of repeated keys within the insert
+        (``optimize_on_insert``): 22% of the insert's CPU on a 10,240-GPU step
+        (benchmarks/README.md, "chDB's housekeeping at the lowest priority"), spent on
+        what almost never occurs, a record twice in one flush. Copies collapse at the
+        part merges and under ``FINAL``, as those of different inserts always have."""
         if batches:
-            self.insert_columns("ops", ops_columns(batches))
+            self.insert_columns("ops", ops_columns(batches), settings=_OPS_INSERT)
 
     def query(self, sql: str, parameters: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows as dicts. Bind values with ``{name:Type}`` placeholders and ``parameters``."""
@@ -339,6 +345,8 @@ def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[A
         return [orjson.dumps(v).decode() if isinstance(v, dict | list) else v for v in values]
     return values
 
+
+_OPS_INSERT = {"optimize_on_insert": 0}
 
 _ARROW_NUMBERS = {
     **{f"Int{bits}": f"int{bits}" for bits in (8, 16, 32, 64)},
