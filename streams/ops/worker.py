@@ -19,6 +19,7 @@ from typing import Any
 
 import faust
 
+from rankwatch.schemas.codec import prepare
 from rankwatch.streams.kit.changelog import ChangelogReader
 from rankwatch.streams.kit.delivery import publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
@@ -54,6 +55,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         producer_max_request_size=JOBSTATE_MAX_BYTES + 65536,  # a large job's jobstate
     )
     state = WorkerState(settings)
+    prepare("ops", JOBSTATE, "steps", "alerts", "signals")  # not on a job's first step
     ops_topic = input_topic(app, settings.topic_prefix, "ops", settings.partitions)
     out_topics = output_topics(app, settings.topic_prefix, OUTPUT_KINDS)
     jobstate_topic = output_topics(app, settings.topic_prefix, [JOBSTATE])[JOBSTATE]
@@ -175,6 +177,17 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         await publish(state.delivery, out_topics)
         changelog.forget()  # re-read at the next job met: the partitions may come back
 
+    warming: list[asyncio.Task[None]] = []
+
+    async def on_assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
+        """Read the assigned partitions' jobstate ahead of their jobs' first messages, in
+        the background (the group's rebalance does not wait for it)."""
+        count = max(state.topics.get(jobstate_topic_name(settings), 0), 1)
+        mine = {tp.partition % count for tp in assigned if tp.topic == topic_names(settings)[0]}
+        warming[:] = [t for t in warming if not t.done()]
+        if mine:
+            warming.append(asyncio.ensure_future(changelog.warm(mine)))
+
     async def on_shutdown(sender: Any, **_: Any) -> None:
         """A graceful stop: faust calls no revocation handler then (the group hears of
         the member leaving), so store and hand every job over here, while the producer
@@ -183,11 +196,14 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             await settle(every=True)
         except Exception:  # never keep the process from stopping
             log.exception("final settle at shutdown failed")
+        for task in warming:
+            task.cancel()
         await changelog.stop()
 
     app.on_before_shutdown.connect(on_shutdown)  # type: ignore[arg-type]
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
     return app, state
 

@@ -86,3 +86,46 @@ def test_reads_are_cached_until_forgotten() -> None:
         return reader.partitions_read
 
     assert asyncio.run(run()) == 2
+
+
+def test_a_job_met_during_a_warm_up_waits_for_it_instead_of_reading_twice() -> None:
+    """A partition being read ahead when its first job arrives: the job gets that read
+    (reads share one consumer and its assignment, so two at once would mix)."""
+
+    async def run() -> tuple[bytes, int]:
+        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
+        consumer = SlowConsumer([Record(0, b"job", b"s")])
+
+        async def started() -> SlowConsumer:
+            return consumer
+
+        reader._started = started  # type: ignore[method-assign]
+        warm = asyncio.create_task(reader.warm([0]))
+        await asyncio.sleep(0)
+        job = asyncio.create_task(reader.latest(0))
+        await asyncio.sleep(0)
+        consumer.gate.set()
+        await warm
+        return (await job)[b"job"], reader.partitions_read
+
+    value, reads = asyncio.run(run())
+    assert value == b"s"
+    assert reads == 1
+
+
+def test_a_warm_up_the_broker_refuses_is_left_to_the_jobs() -> None:
+    async def run() -> int:
+        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
+
+        async def refused() -> SlowConsumer:
+            raise OSError("connection refused")
+
+        reader._started = refused  # type: ignore[method-assign]
+        await reader.warm([0, 1])  # logged, not raised
+        try:
+            await reader.latest(0)
+        except OSError:
+            return reader.partitions_read
+        raise AssertionError("a job's own read must raise: its caller retries")
+
+    assert asyncio.run(run()) == 0
