@@ -296,10 +296,10 @@ class Store:
         """Op batches into the ``ops`` table, in one insert (header fields repeated).
 
         Without ClickHouse's collapse of repeated keys within the insert
-        (``optimize_on_insert``): 22% of the insert's CPU on a 10,240-GPU step
-        (benchmarks/README.md, "chDB's housekeeping at the lowest priority"), spent on
-        what almost never occurs, a record twice in one flush. Copies collapse at the
-        part merges and under ``FINAL``, as those of different inserts always have."""
+        (``optimize_on_insert``): a quarter of the insert's CPU on a 10,240-GPU step
+        (``benchmarks/bench_store_insert.py``), spent on what almost never occurs, one
+        record twice in one flush. Copies collapse at the part merges and under
+        ``FINAL``, as those of different inserts always have."""
         if batches:
             self.insert_columns("ops", ops_columns(batches), settings=_OPS_INSERT)
 
