@@ -4,8 +4,8 @@ A ClickHouse server merges a table's parts in the background; embedded, chDB doe
 same on threads of the worker's own process. A merge that starts while a step's
 messages arrive competes for the worker's core with the step's analysis and insert:
 in the 10,240-GPU benchmark one merge took 0.2-0.5 s of CPU at once, and the steps it
-overlapped were announced that much later (benchmarks/README.md, "chDB's housekeeping
-at the lowest priority"). ClickHouse servers offer the same remedy as a setting
+overlapped were announced that much later (benchmarks/README.md, "Merges at nice 19,
+jobstate read ahead"). ClickHouse servers offer the same remedy as a setting
 (``os_threads_nice_value_merge_mutate``); embedded, there is no server configuration,
 so the store gives chDB's background threads a nice value itself. The insert's own
 threads (``ThreadPool``, ``Query*``) are left as they are: a step waits for them. Linux
@@ -15,8 +15,11 @@ starts run at this priority too, also when they later serve an insert (seen in
 equal, as every thread did before, and never below the worker's Python thread.
 
 Merges still run whenever the core has nothing else to do (a worker that keeps up is
-idle most of each step), and at nice 19 they still get about 1.5% of a core that is
-busy throughout, so parts do not pile up without bound.
+idle most of each step); on a core busy throughout, nice 19 still gets a thread a small
+share (a scheduler weight of 15 against 1,024). Should parts pile up regardless,
+ClickHouse's own limit (``parts_to_delay_insert``) delays inserts, slowing the worker
+rather than failing it. The cost measured: drains that kept the worker busy held 50-60
+MiB more at peak.
 
 Linux only (``/proc/self/task`` and per-thread ``setpriority``); elsewhere a no-op.
 Raising a thread's nice value needs no privilege.
