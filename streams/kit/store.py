@@ -270,6 +270,7 @@ class Store:
         if lengths == {0}:
             return
         arrow = _arrow_table(known, columns)
+        settings = dict(settings) if settings else None  # the client's own copy
         try:
             if arrow is not None:
                 self._client.insert_arrow(
