@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -22,10 +23,13 @@ def new_app(settings: ServiceSettings, offset_reset: str = "earliest", **extra: 
     """A faust app for a worker's settings (its group, broker, partitions and group
     session), with in-memory state (rankwatch keeps its state in ClickHouse) and
     ``extra`` faust settings. A dead worker's partitions move after the session timeout;
-    heartbeats go at a third of it, 3 s at most."""
+    heartbeats go at a third of it, 3 s at most. Faust's own data directory (it keeps
+    little there with in-memory state) is ``var/faust/<group>`` under the working
+    directory, beside the default chDB store, not ``<group>-data`` in it."""
     return faust.App(
         settings.group,
         broker=f"kafka://{settings.bootstrap}",
+        datadir=str(Path("var") / "faust" / settings.group),
         store="memory://",
         web_enabled=False,
         topic_replication_factor=1,
