@@ -11,8 +11,8 @@ waited for the broker before it gave the partition up), so the cache stays true 
 the partition is revoked (:meth:`ChangelogReader.forget`).
 
 The first read of a partition waits for the broker (a consumer's start, offsets,
-fetches: 0.5 s in the 10,240-GPU benchmark, the whole difference between a job's first
-step and its others). So a worker warms the cache when the group assigns it partitions
+fetches: 0.5-0.6 s in the 10,240-GPU benchmark, most of what set a job's first step
+apart from its others). So a worker warms the cache when the group assigns it partitions
 (:meth:`ChangelogReader.warm`), before their jobs' messages arrive, and a job met then
 finds its partition read. Reads go one at a time through one consumer.
 
