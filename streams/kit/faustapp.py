@@ -26,10 +26,12 @@ def new_app(settings: ServiceSettings, offset_reset: str = "earliest", **extra: 
     heartbeats go at a third of it, 3 s at most. Faust's own data directory (it keeps
     little there with in-memory state) is ``var/faust/<group>`` under the working
     directory, beside the default chDB store, not ``<group>-data`` in it."""
+    datadir = Path("var") / "faust" / settings.group
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust makes the last level only
     return faust.App(
         settings.group,
         broker=f"kafka://{settings.bootstrap}",
-        datadir=str(Path("var") / "faust" / settings.group),
+        datadir=str(datadir),
         store="memory://",
         web_enabled=False,
         topic_replication_factor=1,
