@@ -44,18 +44,24 @@ class SlowConsumer:
         return {partition: records}
 
 
+def reader_of(consumer: SlowConsumer) -> ChangelogReader:
+    """A reader whose consumer is ``consumer``."""
+    reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
+
+    async def started() -> SlowConsumer:
+        return consumer
+
+    reader._started = started  # type: ignore[method-assign]
+    return reader
+
+
 def test_a_read_that_spans_a_revocation_is_not_cached() -> None:
     """The revocation handed the job over (a newer state) while a read of the partition
     was in flight: the next assignment must read the partition again, not the old read."""
 
     async def run() -> tuple[bytes, bytes]:
-        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
         consumer = SlowConsumer([Record(0, b"job", b"before")])
-
-        async def started() -> SlowConsumer:
-            return consumer
-
-        reader._started = started  # type: ignore[method-assign]
+        reader = reader_of(consumer)
         read = asyncio.create_task(reader.latest(0))
         await asyncio.sleep(0)
         consumer.log.append(Record(1, b"job", b"handed over"))
@@ -71,14 +77,9 @@ def test_a_read_that_spans_a_revocation_is_not_cached() -> None:
 
 def test_reads_are_cached_until_forgotten() -> None:
     async def run() -> int:
-        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
         consumer = SlowConsumer([Record(0, b"job", b"s")])
         consumer.gate.set()
-
-        async def started() -> SlowConsumer:
-            return consumer
-
-        reader._started = started  # type: ignore[method-assign]
+        reader = reader_of(consumer)
         await reader.latest(0)
         await reader.latest(0)
         reader.forget({0})
@@ -93,13 +94,8 @@ def test_a_job_met_during_a_warm_up_waits_for_it_instead_of_reading_twice() -> N
     (reads share one consumer and its assignment, so two at once would mix)."""
 
     async def run() -> tuple[bytes, int]:
-        reader = ChangelogReader("unused:9092", "t.jobstate", 1 << 20)
         consumer = SlowConsumer([Record(0, b"job", b"s")])
-
-        async def started() -> SlowConsumer:
-            return consumer
-
-        reader._started = started  # type: ignore[method-assign]
+        reader = reader_of(consumer)
         warm = asyncio.create_task(reader.warm([0]))
         await asyncio.sleep(0)
         job = asyncio.create_task(reader.latest(0))
