@@ -108,11 +108,12 @@ LIMIT 500
 
 ALERTS = """
 SELECT time, kind, state, severity, summary, alert_id
-FROM alerts
+FROM alerts FINAL
 WHERE job = '${job}' AND $__timeFilter(time)
 ORDER BY time DESC
 LIMIT 200
 """
+"""The job's alert log; ``FINAL``, so a state change stored twice shows once."""
 
 SIGNALS = "job = '${job}' AND $__timeFilter(time)"
 """The job's per-rank slowdown signals in range (docs/detection.md, section 3)."""

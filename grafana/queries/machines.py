@@ -37,12 +37,15 @@ ORDER BY time, metric
 """One series per metric: the worst score over the selected hosts."""
 
 CANDIDATES = f"""
-SELECT host, metric, argMax(score, time) AS score, max(time) AS last_seen, count() AS windows
+SELECT host, metric, argMax(score, time) AS score, max(time) AS last_seen,
+       uniqExact(time) AS windows
 FROM machine_scores
 WHERE {SELECTED} AND candidate = 1
 GROUP BY host, metric
 ORDER BY score DESC
 """
+"""Machines flagged in range; ``windows``: distinct scored windows, so that a score
+stored twice (a retried insert, before a merge) is counted once."""
 
 FAULTY_NOW = """
 SELECT count() AS faulty_machines
