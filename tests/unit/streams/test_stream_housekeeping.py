@@ -60,7 +60,9 @@ def test_background_threads_are_lowered_and_query_threads_are_not() -> None:
         assert nice(merge) == 19
         assert nice(pool) == BASE  # an insert's own threads: a step waits for them
         assert nice(threading.get_native_id()) == BASE
-        assert keep.threads_lowered == 1
+        # at least: chDB's own background threads count too when an earlier test of this
+        # process opened a store
+        assert keep.threads_lowered >= 1
 
 
 def test_threads_started_later_are_lowered_at_the_next_call_not_sooner() -> None:
