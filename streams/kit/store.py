@@ -36,7 +36,7 @@ import orjson
 
 from rankwatch.schemas import ddl
 from rankwatch.schemas.opbatch import OpBatch
-from rankwatch.schemas.tables import ops_columns
+from rankwatch.schemas.tables import Repeated, ops_columns
 from rankwatch.streams.kit.housekeeping import DEFAULT_NICE, Housekeeping
 
 DEFAULT_DATABASE = "rankwatch"
@@ -44,6 +44,10 @@ LOCK_FILE = "rankwatch.lock"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DATETIME64 = re.compile(r"DateTime64\((\d)")
 _MEMORY = ("", "memory", ":memory:")
+
+
+ColumnValues = Sequence[Any] | np.ndarray | Repeated
+"""One column of an insert."""
 
 
 class StoreError(RuntimeError):
@@ -244,11 +248,11 @@ class Store:
     def insert_columns(
         self,
         table: str,
-        columns: Mapping[str, Sequence[Any] | np.ndarray],
+        columns: Mapping[str, ColumnValues],
         settings: Mapping[str, Any] | None = None,
     ) -> None:
-        """Insert equal-length columns (lists or numpy arrays) in one batch, with these
-        query ``settings``.
+        """Insert equal-length columns (lists, numpy arrays or :class:`Repeated` codes) in
+        one batch, with these query ``settings``.
 
         When every column is a numpy array of a type Arrow carries as it is (integers,
         floats, strings, ns times) the batch goes to the engine as one Arrow table: the
@@ -335,8 +339,10 @@ class Store:
             self._client.database = self.database
 
 
-def _to_engine(column: Column, values: Sequence[Any] | np.ndarray) -> Sequence[Any] | np.ndarray:
+def _to_engine(column: Column, values: ColumnValues) -> Sequence[Any] | np.ndarray:
     """Values in the form clickhouse-connect writes for ``column``'s type."""
+    if isinstance(values, Repeated):
+        values = values.expand()
     divisor = column.ns_divisor
     if divisor is not None:
         return _ticks(column, values, divisor)
@@ -358,36 +364,52 @@ _ARROW_NUMBERS = {
 _ARROW_TIME_UNITS = {1: "ns", 1_000: "us", 1_000_000: "ms", 1_000_000_000: "s"}
 
 
-def _arrow_table(
-    known: Mapping[str, Column], columns: Mapping[str, Sequence[Any] | np.ndarray]
-) -> Any | None:
+def _arrow_table(known: Mapping[str, Column], columns: Mapping[str, ColumnValues]) -> Any | None:
     """``columns`` as an Arrow table typed as the table's columns, or None when one of
     them is not a numpy array Arrow can take as it is (lists of rows, datetimes)."""
     import pyarrow as pa
 
     arrays = {}
     for name, values in columns.items():
-        if not isinstance(values, np.ndarray):
+        array = _arrow_array(known[name], values)
+        if array is None:
             return None
-        column = known[name]
-        base = _base_type(column.type)
-        try:
-            if values.dtype == object and (base == "String" or base.startswith("Enum")):
-                arrays[name] = pa.array(values, type=pa.string())
-            elif base in _ARROW_NUMBERS and values.dtype.kind in "iuf":
-                arrays[name] = pa.array(values, type=getattr(pa, _ARROW_NUMBERS[base])())
-            elif base.startswith(("Enum8(", "Enum16(")) and values.dtype.kind in "iu":
-                # the enum's values as they are: no name per row to parse
-                arrays[name] = pa.array(values, type=pa.int8() if "8" in base[:6] else pa.int16())
-            elif column.ns_divisor in _ARROW_TIME_UNITS and values.dtype.kind in "iu":
-                divisor = column.ns_divisor
-                ticks = pa.array(values.astype(np.int64) // divisor, type=pa.int64())
-                arrays[name] = ticks.cast(pa.timestamp(_ARROW_TIME_UNITS[divisor], tz="UTC"))
-            else:
-                return None
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:  # out of range, bad type
-            raise StoreError(f"column {name} ({column.type}): {_why(exc)}") from exc
+        arrays[name] = array
     return pa.table(arrays)
+
+
+def _arrow_array(column: Column, values: ColumnValues) -> Any | None:
+    """One column as Arrow (None: not as it is). :class:`Repeated` strings go as an Arrow
+    dictionary, with no string per row."""
+    import pyarrow as pa
+
+    if isinstance(values, Repeated):
+        if _base_type(column.type) == "String":
+            codes = pa.array(values.codes, type=pa.int32())
+            return pa.DictionaryArray.from_arrays(codes, pa.array(values.values, pa.string()))
+        values = values.expand()
+    if not isinstance(values, np.ndarray):
+        return None
+    try:
+        return _arrow_of_numpy(pa, column, values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:  # out of range, bad type
+        raise StoreError(f"column {column.name} ({column.type}): {_why(exc)}") from exc
+
+
+def _arrow_of_numpy(pa: Any, column: Column, values: np.ndarray) -> Any | None:
+    base = _base_type(column.type)
+    if values.dtype == object and (base == "String" or base.startswith("Enum")):
+        return pa.array(values, type=pa.string())
+    if base in _ARROW_NUMBERS and values.dtype.kind in "iuf":
+        return pa.array(values, type=getattr(pa, _ARROW_NUMBERS[base])())
+    if base.startswith(("Enum8(", "Enum16(")) and values.dtype.kind in "iu":
+        # the enum's values as they are: no name per row to parse
+        return pa.array(values, type=pa.int8() if "8" in base[:6] else pa.int16())
+    if column.ns_divisor in _ARROW_TIME_UNITS and values.dtype.kind in "iu":
+        divisor = column.ns_divisor
+        ticks = pa.array(values.astype(np.int64) // divisor, type=pa.int64())
+        return ticks.cast(pa.timestamp(_ARROW_TIME_UNITS[divisor], tz="UTC"))
+    return None
 
 
 def _base_type(type_: str) -> str:

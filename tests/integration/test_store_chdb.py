@@ -157,6 +157,7 @@ def test_arrow_and_row_inserts_store_the_same_ops(
     batches = [
         example_batch(50, extras=True, start_ns=NOW_NS + np.arange(50) * 7),
         example_batch(20, extras=True, rank=6, start_ns=NOW_NS + np.arange(20) * 3 + 1),
+        example_batch(10, rank=7, job="job-b", host="host-b"),  # header strings as codes
     ]
     query = (
         "SELECT * EXCEPT inserted_at, toUnixTimestamp64Nano(time) AS ns FROM ops"
@@ -168,8 +169,11 @@ def test_arrow_and_row_inserts_store_the_same_ops(
     monkeypatch.setattr(store_module, "_arrow_table", lambda known, columns: None)
     store.insert_ops(batches)
     assert store.query(query) == via_arrow
-    assert len(via_arrow) == 70
+    assert len(via_arrow) == 80
     assert via_arrow[0]["ns"] == NOW_NS
+    by_rank = {(r["rank"], r["job"], r["host"]) for r in via_arrow}
+    first = (batches[0].rank, batches[0].job, batches[0].host)
+    assert by_rank == {first, (6, batches[1].job, batches[1].host), (7, "job-b", "host-b")}
 
 
 def test_arrow_insert_refuses_values_out_of_range(store: Store) -> None:

@@ -166,7 +166,7 @@ def test_ops_columns_fill_the_ops_table() -> None:
     import numpy as np
 
     from rankwatch.schemas.examples import example_batch
-    from rankwatch.schemas.tables import ops_columns
+    from rankwatch.schemas.tables import Repeated, ops_columns
 
     batches = [example_batch(3, extras=True), example_batch(2, rank=6)]
     columns = ops_columns(batches)
@@ -174,6 +174,9 @@ def test_ops_columns_fill_the_ops_table() -> None:
     assert set(columns) == set(declared.columns) - CONTRACTS["ops"].bookkeeping
     assert all(len(values) == 5 for values in columns.values())
     assert list(columns["rank"]) == [5, 5, 5, 6, 6]
+    job = columns["job"]
+    assert isinstance(job, Repeated) and job.values == (batches[0].job,)  # one per job
+    assert list(job.expand()) == [batches[0].job] * 5
     assert list(columns["optype"][:2]) == [0, 1]  # the Enum8 values of these names
     assert list(columns["stream"]) == ["compute"] * 3 + [None] * 2
     np.testing.assert_array_equal(columns["time"][:3], batches[0].start_ns)
