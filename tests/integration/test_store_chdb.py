@@ -157,7 +157,8 @@ def test_arrow_and_row_inserts_store_the_same_ops(
     batches = [
         example_batch(50, extras=True, start_ns=NOW_NS + np.arange(50) * 7),
         example_batch(20, extras=True, rank=6, start_ns=NOW_NS + np.arange(20) * 3 + 1),
-        example_batch(10, rank=7, job="job-b", host="host-b"),  # header strings as codes
+        # header strings as codes; recent, as all three (older ones meet the TTL)
+        example_batch(10, rank=7, job="job-b", host="host-b", start_ns=NOW_NS + np.arange(10)),
     ]
     query = (
         "SELECT * EXCEPT inserted_at, toUnixTimestamp64Nano(time) AS ns FROM ops"
