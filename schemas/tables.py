@@ -117,7 +117,7 @@ def _columns(table: str) -> tuple[frozenset[str], frozenset[str]]:
     return columns, columns - found.defaulted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # an array field: no elementwise ==
 class Repeated:
     """A column of a few distinct values, as each row's index into them.
 
