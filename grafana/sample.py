@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from rankwatch.grafana.macros import ALL, QueryContext
 from rankwatch.schemas.codec import encode
 from rankwatch.schemas.topics import TOPICS
 from rankwatch.sim.trace import JobMeta, Trace
@@ -54,6 +55,26 @@ class Sample:
     last_step: int
     open_hang: str
     """episode_id of the hang still open."""
+
+    def context(self, now_ns: int) -> QueryContext:
+        """The boards' time range and variables as someone looking at this sample (written
+        at ``now_ns``) sets them: the last hour, its steps, every worker, metric and host."""
+        now = datetime.fromtimestamp(now_ns / 1e9, tz=UTC)
+        return QueryContext(
+            time_from=now - timedelta(hours=1),
+            time_to=now + timedelta(minutes=1),
+            interval_s=30.0,
+            variables={
+                "datasource": "clickhouse",
+                "job": self.job,
+                "step_from": str(self.first_step),
+                "step_to": str(self.last_step),
+                "worker": ALL,
+                "episode": self.open_hang,
+                "metric": ALL,
+                "host": ALL,
+            },
+        )
 
 
 def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:

@@ -8,7 +8,6 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from rankwatch.grafana.checks import (
     problems,
     variable_queries,
 )
-from rankwatch.grafana.macros import ALL, QueryContext, expand
+from rankwatch.grafana.macros import QueryContext, expand
 from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
@@ -39,24 +38,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, Qu
     path = tmp_path_factory.mktemp("grafana") / "chdb"
     with Store.connect(f"chdb://{path}") as store:
         store.migrate()
-        filled = sample.fill(store, JOB, now_ns)
-        now = datetime.fromtimestamp(now_ns / 1e9, tz=UTC)
-        ctx = QueryContext(
-            time_from=now - timedelta(hours=1),
-            time_to=now + timedelta(minutes=1),
-            interval_s=30.0,
-            variables={
-                "datasource": "clickhouse",
-                "job": JOB,
-                "step_from": str(filled.first_step),
-                "step_to": str(filled.last_step),
-                "worker": ALL,
-                "episode": filled.open_hang,
-                "metric": ALL,
-                "host": ALL,
-            },
-        )
-        yield store, ctx
+        yield store, sample.fill(store, JOB, now_ns).context(now_ns)
 
 
 def _columns(store: Store, sql: str) -> list[tuple[str, str]]:

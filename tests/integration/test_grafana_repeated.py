@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 from rankwatch.grafana import sample
 from rankwatch.grafana.build import DASHBOARD_DIR
 from rankwatch.grafana.checks import panel_queries
-from rankwatch.grafana.macros import ALL, QueryContext, expand
+from rankwatch.grafana.macros import QueryContext, expand
 from rankwatch.streams.kit.store import Store
 
 pytestmark = pytest.mark.integration
@@ -49,22 +48,7 @@ def test_every_panel_counts_a_row_stored_twice_once(tmp_path: Path) -> None:
         for row in store.query("SHOW TABLES"):
             store.query(f"SYSTEM STOP MERGES {row['name']}")
         filled = sample.fill(store, JOB, now_ns)
-        now = datetime.fromtimestamp(now_ns / 1e9, tz=UTC)
-        ctx = QueryContext(
-            time_from=now - timedelta(hours=1),
-            time_to=now + timedelta(minutes=1),
-            interval_s=30.0,
-            variables={
-                "datasource": "clickhouse",
-                "job": JOB,
-                "step_from": str(filled.first_step),
-                "step_to": str(filled.last_step),
-                "worker": ALL,
-                "episode": filled.open_hang,
-                "metric": ALL,
-                "host": ALL,
-            },
-        )
+        ctx = filled.context(now_ns)
         once = _answers(store, ctx)
         assert sample.fill(store, JOB, now_ns) == filled  # the same rows again
         twice = _answers(store, ctx)
