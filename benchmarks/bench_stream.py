@@ -59,8 +59,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rankwatch.schemas.batching import BatchingRule
-from rankwatch.schemas.codec import decode, encode_ops
+from rankwatch.schemas.batching import BatchingRule, RelayRule
+from rankwatch.schemas.codec import decode, encode_ops, encode_ops_bundle
 from rankwatch.sim import analyse
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.kit.output import Source
@@ -68,7 +68,13 @@ from rankwatch.streams.ops.alerts import StragglerAlerts
 from rankwatch.streams.ops.analyser import WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.pipeline import Pipeline
-from rankwatch.streams.ops.replay import ReplayedBatch, replay_repeated, span_ns
+from rankwatch.streams.ops.replay import (
+    Relayed,
+    ReplayedBatch,
+    relay_timeline,
+    replay_repeated,
+    span_ns,
+)
 from rankwatch.traceio import read_meta, read_trace
 
 # the dev broker and the worker helpers are test helpers (tests/support), not in the wheel
@@ -83,6 +89,29 @@ OPS_VERSION = 3
 
 def _encode(batch: Any) -> bytes:
     return encode_ops(batch, version=OPS_VERSION)
+
+
+RELAY: RelayRule | None = None
+"""``--relay-s``: messages pass through each host's relay (bundles) in every Kafka case."""
+
+
+def _relayed(batches: list[ReplayedBatch]) -> list[Relayed]:
+    """The messages the hooks send for ``batches``, through each host's relay when
+    ``RELAY`` is set (one message per batch otherwise), in the order they leave."""
+    sent = [(b, _encode(b.batch)) for b in batches]
+    if RELAY is None:
+        return [Relayed(b.sent_ns, b.batch.job, (f,), (b.batch,)) for b, f in sent]
+    return relay_timeline(sent, RELAY)
+
+
+def _value(message: Relayed) -> bytes:
+    frames = message.frames
+    return frames[0] if len(frames) == 1 else encode_ops_bundle(list(frames))
+
+
+def _encoded(batches: list[ReplayedBatch]) -> list[tuple[bytes, bytes]]:
+    """(key, value) of each message the hooks (and relays) send for ``batches``."""
+    return [(m.job.encode(), _value(m)) for m in _relayed(batches)]
 
 
 def core(batches: list[ReplayedBatch], trace: Any, meta: Any, repeat: int = 3) -> dict[str, float]:
@@ -125,9 +154,9 @@ def shell(batches: list[ReplayedBatch], work: Path, repeat: int = 3) -> dict[str
     step closes or the 1-s tick is due, the jobstate messages encoded) without Kafka and
     faust, so the two cases' ratio is what the consumer costs. Median and range of
     ``repeat`` runs, each into a fresh chDB directory; CPU includes chDB's threads."""
-    from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
+    from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState, first_batch
 
-    encoded = [(b.batch.job.encode(), _encode(b.batch)) for b in batches]
+    encoded = _encoded(batches)
     records = sum(len(b.batch) for b in batches)
     rates, cpu_rates = [], []
     for run in range(repeat):
@@ -137,10 +166,11 @@ def shell(batches: list[ReplayedBatch], work: Path, repeat: int = 3) -> dict[str
         tick_at = time.monotonic() + state.settings.tick_s
         produced = time.time_ns()  # all of it at once, as kafka-Nx sends it before the drain
         for offset, (key, value) in enumerate(encoded):
-            batch = state.decode(value)
+            members = state.decode(value)
+            batch = first_batch(members)
             if state.needs_restore(batch, key):
                 assert batch is not None and state.restore(batch)
-            state.on_message(offset, value, Source("ops", 0, offset, key, produced), batch)
+            state.on_message(offset, value, Source("ops", 0, offset, key, produced), members)
             ticked = time.monotonic() >= tick_at
             if ticked:
                 state.on_tick()
@@ -186,7 +216,7 @@ def drain(
     asyncio.run(create_topics(broker, [topic], 1))
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     records = sum(len(b.batch) for b in batches)
-    encoded = [(b.batch.job.encode(), _encode(b.batch)) for b in batches]
+    encoded = _encoded(batches)
     dsn = f"chdb://{work / name}"
     worker = _pinned(WorkerProcess(broker, prefix, dsn, work, name, argv, **env))
     try:
@@ -208,7 +238,7 @@ def drain(
         worker.stop()
     return {
         "records": records,
-        "messages": len(batches),
+        "messages": len(encoded),
         "steps": status.get("steps_analysed"),
         "flushes": status.get("flushes"),  # as of the last health file: one a tick or so
         "jobstates_sent": status.get("jobstates_sent"),
@@ -217,7 +247,7 @@ def drain(
         "records_per_s": records / seconds,
         "worker_cpu_s": cpu,
         "records_per_cpu_s": records / cpu,
-        "cpu_us_per_message": 1e6 * cpu / len(batches),
+        "cpu_us_per_message": 1e6 * cpu / len(encoded),
         "peak_rss_mib": peak,
     }
 
@@ -391,7 +421,8 @@ async def _paced(
         bootstrap_servers=broker, linger_ms=2, acks="all", max_batch_size=1024 * 1024
     )
     await producer.start()
-    encoded = [_encode(item.batch) for item in batches]  # not on the paced path
+    messages = _relayed(batches)  # encoded before, not on the paced path
+    values = [_value(m) for m in messages]
     ends: dict[int, int] = {}
     sent: dict[int, float] = {}
     for item in batches:
@@ -401,12 +432,12 @@ async def _paced(
             ends[step] = max(ends.get(step, 0), last)
     try:
         t0, wall0 = time.monotonic(), time.time()
-        for item, value in zip(batches, encoded, strict=True):
-            ahead = (item.sent_ns - origin_ns) / 1e9 - (time.monotonic() - t0)
+        for message, value in zip(messages, values, strict=True):
+            ahead = (message.sent_ns - origin_ns) / 1e9 - (time.monotonic() - t0)
             if ahead > 0:
                 await asyncio.sleep(ahead)
-            await producer.send(topic, value, key=item.batch.job.encode())
-            for step, _ in item.batch.steps_done:
+            await producer.send(topic, value, key=message.job.encode())
+            for step in {s for b in message.batches for s, _ in b.steps_done}:
                 sent[step] = time.time()
         await producer.flush()
     finally:
@@ -449,6 +480,8 @@ def _job_shape(trace: Any, batches: list[ReplayedBatch], time_scale: float) -> d
         "time_scale": time_scale,
         "ops_version": OPS_VERSION,
         "bytes_per_record": sum(len(_encode(b.batch)) for b in batches) / max(records, 1),
+        "relay_s": RELAY.linger_s if RELAY is not None else 0.0,
+        "relayed_messages": len(_relayed(batches)) if RELAY is not None else len(batches),
     }
 
 
@@ -522,6 +555,14 @@ def main() -> int:
     )
     parser.add_argument("--ops-version", type=int, default=3, choices=(2, 3))
     parser.add_argument(
+        "--relay-s",
+        type=float,
+        default=0.0,
+        help="messages pass through a relay per host that bundles its ranks' frames, "
+        "holding a bundle's first frame up to RELAY_S seconds (0: no relay, as the hooks "
+        "send without one); shell and the Kafka cases",
+    )
+    parser.add_argument(
         "--tick-s",
         type=float,
         default=None,
@@ -539,8 +580,9 @@ def main() -> int:
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
     )
     args = parser.parse_args()
-    global OPS_VERSION
+    global OPS_VERSION, RELAY
     OPS_VERSION = args.ops_version
+    RELAY = RelayRule(linger_s=args.relay_s) if args.relay_s > 0 else None
     cases = set(args.cases.split(","))
     if args.trace == "GEN":
         dp, pp, mb, steps = (int(v) for v in args.gen.lower().split("x"))

@@ -71,3 +71,71 @@ class StepHold:
 
     def sent(self) -> None:
         self.first = None
+
+
+@dataclass(frozen=True)
+class RelayRule:
+    """How a host's relay gathers the frames its ranks hand it into bundles (the ops
+    schema's ``x-bundle``), one open bundle per job: a consumer then pays its
+    per-message cost once for the host's ranks, not once per rank (docs/contracts.md,
+    "Bundles")."""
+
+    linger_s: float = 0.05
+    """How long a bundle's first frame may wait for others: what step -> row latency
+    pays for the relay, at most."""
+    max_bytes: int = 1 << 20
+    """A bundle's size, at most; frames of ``alone_bytes`` or more are not bundled."""
+    alone_bytes: int = 256 * 1024
+    """Frames this large already carry enough records for their message cost."""
+    max_members: int = 1024
+    """Frames per bundle, at most (the schema allows more)."""
+
+
+class Bundler:
+    """Open bundles of one relay (times in seconds on any monotonic clock: the relay's,
+    or a replay's timeline). Returns what is ready as (job, frames); the caller packs
+    each into a bundle (one frame alone: sent as it is)."""
+
+    def __init__(self, rule: RelayRule) -> None:
+        self.rule = rule
+        self._open: dict[str, tuple[float, list[bytes], int]] = {}
+        """job -> (when its first frame came, frames, their bytes)"""
+
+    def add(self, now: float, job: str, frame: bytes) -> list[tuple[str, list[bytes]]]:
+        """A frame of ``job`` came at ``now``: the bundles that must leave, this frame's
+        included when it filled one (or leaves alone)."""
+        rule = self.rule
+        if len(frame) >= rule.alone_bytes:
+            return [(job, [frame])]
+        out = []
+        opened = self._open.get(job)
+        if opened is not None and opened[2] + len(frame) > rule.max_bytes:
+            out.append((job, self._open.pop(job)[1]))
+            opened = None
+        if opened is None:
+            self._open[job] = opened = (now, [], 0)
+        first, frames, size = opened
+        frames.append(frame)
+        self._open[job] = (first, frames, size + len(frame))
+        if len(frames) >= rule.max_members:
+            out.append((job, self._open.pop(job)[1]))
+        return out
+
+    def due(self, now: float) -> list[tuple[str, list[bytes]]]:
+        """The bundles whose first frame has waited ``linger_s``."""
+        late = [
+            job for job, (first, _, _) in self._open.items() if now >= first + self.rule.linger_s
+        ]
+        return [(job, self._open.pop(job)[1]) for job in late]
+
+    def drain(self) -> list[tuple[str, list[bytes]]]:
+        """Every open bundle (the relay stops)."""
+        out = [(job, frames) for job, (_, frames, _) in self._open.items()]
+        self._open.clear()
+        return out
+
+    @property
+    def deadline(self) -> float | None:
+        """When the oldest open bundle falls due (None: none open)."""
+        firsts = [first for first, _, _ in self._open.values()]
+        return min(firsts) + self.rule.linger_s if firsts else None

@@ -161,6 +161,45 @@ def decode_ops(
     return _batch_from_message(message, bools_possible=_has_bool_literal(data))
 
 
+Member = tuple[memoryview | bytes, OpBatch | InvalidMessage]
+"""One message of a bundle (or a message alone): its bytes, and its batch or why not."""
+
+
+def decode_ops_members(
+    data: bytes | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> list[Member]:
+    """Every op batch in a message: a bundle's members (``x-bundle`` of the ops schema),
+    each decoded on its own (one bad member does not cost the others), or the message
+    alone. A bundle must fit ``max_bytes`` and its envelope must be right, else it is
+    refused whole (raises :class:`InvalidMessage`). Which job the members may name is
+    the consumer's rule (the message's key: ``Pipeline.on_members``)."""
+    if not frame.is_bundle(data):
+        try:
+            return [(data, decode_ops(data, max_bytes=max_bytes))]
+        except InvalidMessage as exc:
+            return [(data, exc)]
+    _check_size(data, max_bytes)
+    if not isinstance(data, bytes):  # members are views: never of a changing buffer
+        data = bytes(data)
+    out: list[Member] = []
+    for member in frame.split_bundle(data):
+        try:
+            out.append((member, _decode_frame(member, max_bytes)))
+        except InvalidMessage as exc:
+            out.append((member, exc))
+    return out
+
+
+def encode_ops_bundle(frames: list[bytes], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """One bundle of ops frames (each as ``encode_ops`` writes it, all of one job)."""
+    for i, member in enumerate(frames):
+        if not frame.is_frame(member):
+            raise InvalidMessage("malformed-frame", f"bundle member {i} is not a frame")
+    data = frame.pack_bundle(frames)
+    _check_size(data, max_bytes)
+    return data
+
+
 def _has_bool_literal(data: bytes | bytearray | memoryview) -> bool:
     """Whether a JSON boolean can be anywhere in ``data``: a byte search, far cheaper than
     looking at the type of every decoded number (strings holding "true" only cost the
@@ -336,8 +375,8 @@ def _checked_columns(batch: OpBatch, rules: _OpsRules) -> list[tuple[cols.Column
 
 def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBatch:
     _check_size(data, max_bytes)
-    if not isinstance(data, bytes):  # the columns are views of it: never of a buffer the
-        data = bytes(data)  # caller may still change (Kafka hands over bytes: no copy)
+    if not _immutable(data):  # the columns are views of it: never of a buffer the caller
+        data = bytes(data)  # may still change (Kafka hands over bytes, bundles views of them)
     head, start = frame.split(data)
     try:
         header = orjson.loads(head)
@@ -361,6 +400,10 @@ def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBat
         read.update(zip(names, cols.check_run(run.specs, values, strings), strict=True))
     rank_steps = tuple(header.get("rank_steps", ()))
     return OpBatch(**read, steps_done=_steps_done(header), rank_steps=rank_steps)
+
+
+def _immutable(data: bytes | bytearray | memoryview) -> bool:
+    return isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes))
 
 
 _NO_STRINGS: dict[str, list[str]] = {}

@@ -13,12 +13,13 @@ and the rows of this call, are stored.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
 
-from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode_ops
+from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, Member, decode_ops_members
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import CONTRACTS, table_row
 from rankwatch.sim import waste_of
@@ -81,12 +82,50 @@ class Pipeline:
         self._rank_steps: dict[tuple[str, int], list[RankStep]] = {}
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
-        """One op-batch message; bad input becomes a dead-letter row, never an exception."""
+        """One op-batch message (a batch, or a bundle of them); bad input becomes a
+        dead-letter row, never an exception."""
         try:
-            batch = decode_ops(data, max_bytes=self.max_message_bytes)
+            members = decode_ops_members(data, max_bytes=self.max_message_bytes)
         except InvalidMessage as exc:
             return self._dead_letter(data, source, now_ns, exc.reason, exc.detail)
-        return self.on_batch(batch, data, source, now_ns)
+        return self.on_members(members, data, source, now_ns)
+
+    def on_members(
+        self, members: Sequence[Member], data: bytes, source: Source, now_ns: int
+    ) -> Output:
+        """The batches of one message ``data``: a bundle's members, or the message alone
+        (``decode_ops_members``). Each member is taken as if it had come alone; those
+        refused make one dead letter for the message that names each of them (the
+        table keeps one row per message), the others go on."""
+        if len(members) == 1:
+            got = members[0][1]
+            if isinstance(got, InvalidMessage):
+                return self._dead_letter(data, source, now_ns, got.reason, got.detail)
+            return self.on_batch(got, data, source, now_ns)
+        out, refused = Output(), []
+        job = _bundle_job(members, source.key)
+        for i, (_, decoded) in enumerate(members):
+            got = decoded
+            if isinstance(decoded, OpBatch):
+                got = _other_job(decoded, job, source.key) or decoded
+            if isinstance(got, InvalidMessage):
+                self._count_refusal(got.reason)
+                refused.append((i, got.reason, got.detail, ""))
+                continue
+            one = self.on_batch(got, data, source, now_ns)
+            if one.dead_letters:  # refused (and counted): the output is its letter alone
+                letter = one.dead_letters[0]
+                refused.append((i, letter.reason, letter.detail, got.job))
+                continue
+            out.extend(one)
+        closed = {(step.job, step.step) for step in out.steps}  # a later member closed it
+        out.pending = tuple(key for key in dict.fromkeys(out.pending) if key not in closed)
+        if refused:
+            n = len(members)
+            detail = "; ".join(f"bundle member {i} of {n}: {d}" for i, _, d, _ in refused)
+            job = next((j for *_, j in refused if j), "")
+            out.extend(self._letter(data, source, now_ns, refused[0][1], detail, job))
+        return out
 
     def on_batch(self, batch: OpBatch, data: bytes, source: Source, now_ns: int) -> Output:
         """One decoded batch (``data`` is its message, for a dead letter). A batch that
@@ -302,12 +341,39 @@ class Pipeline:
     def _dead_letter(
         self, data: bytes, source: Source, now_ns: int, reason: str, detail: str, job: str = ""
     ) -> Output:
+        self._count_refusal(reason)
+        return self._letter(data, source, now_ns, reason, detail, job)
+
+    def _count_refusal(self, reason: str) -> None:
+        """One refused batch (a bundle's refused members count one each)."""
         self.dead_letters += 1
         self.dead_letter_reasons[reason] = self.dead_letter_reasons.get(reason, 0) + 1
+
+    @staticmethod
+    def _letter(
+        data: bytes, source: Source, now_ns: int, reason: str, detail: str, job: str
+    ) -> Output:
         out = Output()
         out.add("dead_letters", dead_letter_row(data, source, now_ns, reason, detail))
         out.dead_letters.append(dead_letter(data, source, reason, detail, job))
         return out
+
+
+def _bundle_job(members: Sequence[Member], key: bytes | None) -> str:
+    """The job a bundle's members must name: its key's (a member naming another is
+    refused by the identity check, as a message alone), else the first member's that
+    decoded (one message feeds one job's steps: its acknowledgement follows them)."""
+    if key is not None:
+        return key.decode("utf-8", "replace")
+    return next((got.job for _, got in members if isinstance(got, OpBatch)), "")
+
+
+def _other_job(batch: OpBatch, job: str, key: bytes | None) -> InvalidMessage | None:
+    """Why an unkeyed bundle's member must be refused (a keyed one's: the identity
+    check's ``key-mismatch``, as for a message alone)."""
+    if key is None and batch.job != job:
+        return InvalidMessage("schema", f"$.job: {batch.job!r} in a bundle of {job!r}")
+    return None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rankwatch.schemas.batching import MAX_STEPS, BatchingRule, StepHold
+from rankwatch.schemas.batching import MAX_STEPS, BatchingRule, Bundler, RelayRule, StepHold
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.sim.trace import JobMeta, Trace
 
@@ -249,3 +249,46 @@ def replay_repeated(
             last = item.sent_ns
             yield ReplayedBatch(dataclasses.replace(item.batch, batch_seq=seq[rank]), item.sent_ns)
         start = last + round(STEP_GAP_S * 1e9 * time_scale)
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """One message a host's relay sends: the frames of one job it gathered (one frame
+    alone is sent as it is), and the batches they hold."""
+
+    sent_ns: int
+    job: str
+    frames: tuple[bytes, ...]
+    batches: tuple[OpBatch, ...]
+
+
+def relay_timeline(
+    sent: Iterator[tuple[ReplayedBatch, bytes]] | list[tuple[ReplayedBatch, bytes]],
+    rule: RelayRule,
+) -> list[Relayed]:
+    """Encoded batches in send-time order (``replay_batches`` and each one's frame) as
+    each host's relay would pass them on (``rule``, one :class:`Bundler` per host), in
+    the order they leave: a bundle leaves when it is full, or ``linger_s`` after its
+    first frame, at the latest when the replay ends."""
+    bundlers: dict[str, Bundler] = {}
+    held: dict[int, OpBatch] = {}  # id(frame) -> its batch, while the frame is held
+    out: list[Relayed] = []
+
+    def emit(at_s: float, ready: list[tuple[str, list[bytes]]]) -> None:
+        for job, frames in ready:
+            batches = tuple(held.pop(id(f)) for f in frames)
+            out.append(Relayed(round(at_s * 1e9), job, tuple(frames), batches))
+
+    for item, frame in sent:
+        now = item.sent_ns / 1e9
+        for bundler in bundlers.values():  # bundles due before this frame came
+            while (deadline := bundler.deadline) is not None and deadline <= now:
+                emit(deadline, bundler.due(deadline))
+        bundler = bundlers.setdefault(item.batch.host, Bundler(rule))
+        held[id(frame)] = item.batch
+        emit(now, bundler.add(now, item.batch.job, frame))
+    for bundler in bundlers.values():
+        while (deadline := bundler.deadline) is not None:
+            emit(deadline, bundler.due(deadline))
+    out.sort(key=lambda r: r.sent_ns)
+    return out

@@ -25,7 +25,12 @@ from rankwatch.streams.kit.delivery import publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
-from rankwatch.streams.ops.worker_state import JOBSTATE_MAX_BYTES, WorkerSettings, WorkerState
+from rankwatch.streams.ops.worker_state import (
+    JOBSTATE_MAX_BYTES,
+    WorkerSettings,
+    WorkerState,
+    first_batch,
+)
 
 __all__ = ["WorkerSettings", "WorkerState", "build_app"]
 
@@ -122,7 +127,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     async def ops(stream: Any) -> None:
         async for event in stream.noack().events():
             msg = event.message
-            batch = state.decode(event.value)
+            members = state.decode(event.value)
+            batch = first_batch(members)
             if batch is not None and state.needs_restore(batch, event.key):
                 generation = revocations[0]
                 await restore(batch, msg.partition)
@@ -131,7 +137,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
                     continue
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
-            state.on_message(event, event.value, source, batch)
+            state.on_message(event, event.value, source, members)
             if state.settle_in() == 0:  # a step closed: stored and announced now, not at the tick
                 await settle()
             if state.settle_in() is not None:  # too soon after the last store, or it failed

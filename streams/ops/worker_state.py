@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rankwatch.schemas.codec import DEFAULT_MAX_BYTES, InvalidMessage, decode, decode_ops, encode
+from rankwatch.schemas.codec import (
+    DEFAULT_MAX_BYTES,
+    InvalidMessage,
+    Member,
+    decode,
+    decode_ops_members,
+    encode,
+)
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker, InOrder
 from rankwatch.streams.kit.delivery import Delivery
@@ -74,6 +81,14 @@ def _with_stored_batches(
     their messages are read again (they are acknowledged only once their step closes)."""
     later = stored_open_batches(store, job, handed.closed_steps, assembly.closed_memory)
     return replace(handed, stored_batches=handed.stored_batches | later)
+
+
+def first_batch(members: list[Member] | None) -> OpBatch | None:
+    """The first batch a message's members hold (every member names its job)."""
+    for _, got in members or ():
+        if isinstance(got, OpBatch):
+            return got
+    return None
 
 
 @dataclass(frozen=True)
@@ -172,10 +187,11 @@ class WorkerState:
 
     # -- messages ----------------------------------------------------------------------
 
-    def decode(self, value: bytes) -> OpBatch | None:
-        """The batch in ``value``, or None when it is bad (the pipeline dead-letters it)."""
+    def decode(self, value: bytes) -> list[Member] | None:
+        """The batches in ``value`` (a bundle's members, or the message alone), or None
+        when the message is refused whole (the pipeline dead-letters it)."""
         try:
-            return decode_ops(value, max_bytes=self.settings.max_message_bytes)
+            return decode_ops_members(value, max_bytes=self.settings.max_message_bytes)
         except InvalidMessage:
             return None
 
@@ -291,9 +307,9 @@ class WorkerState:
         return self.order.release(out)
 
     def on_message(
-        self, token: Any, value: bytes, source: Source, batch: OpBatch | None = None
+        self, token: Any, value: bytes, source: Source, members: list[Member] | None = None
     ) -> None:
-        """One consumed message (``batch``: already decoded, None to decode it here);
+        """One consumed message (``members``: already decoded, None to decode it here);
         ``token`` is acknowledged once what it fed is stored."""
         self.counters.messages_in += 1
         self.order.received(token, (source.topic, source.partition))
@@ -301,10 +317,11 @@ class WorkerState:
         if source.timestamp_ns is not None:
             self.latest_lag_s = (now_ns - source.timestamp_ns) / 1e9
             self.input_lag_s = max(self.input_lag_s, self.latest_lag_s)
-        if batch is None:
+        if members is None:
             out = self.pipeline.on_message(value, source, now_ns)
         else:
-            out = self.pipeline.on_batch(batch, value, source, now_ns)
+            out = self.pipeline.on_members(members, value, source, now_ns)
+        batch = first_batch(members)
         job = batch.job if batch is not None else ""
         if out.pending:
             job = out.pending[0][0]

@@ -17,17 +17,18 @@ from support.messages import small_job
 
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.streams.kit.output import Source
-from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
+from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState, first_batch
 
 pytestmark = pytest.mark.integration
 
 
 def _feed(state: WorkerState, data: list[tuple[int, bytes]], saved: bytes | None = None) -> None:
     for offset, value in data:
-        batch = state.decode(value)
+        members = state.decode(value)
+        batch = first_batch(members)
         if state.needs_restore(batch):
             assert batch is not None and state.restore(batch, saved)
-        state.on_message(offset, value, Source("ops", 0, offset, b"j", time.time_ns()), batch)
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", time.time_ns()), members)
 
 
 def _close(state: WorkerState) -> None:

@@ -16,7 +16,7 @@ from support.messages import small_job
 
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.streams.kit.output import Source
-from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState
+from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState, first_batch
 
 
 def messages() -> list[bytes]:
@@ -25,10 +25,11 @@ def messages() -> list[bytes]:
 
 def consume(state: WorkerState, items: list[tuple[int, bytes]]) -> None:
     for offset, value in items:
-        batch = state.decode(value)
+        members = state.decode(value)
+        batch = first_batch(members)
         if state.needs_restore(batch):
             assert batch is not None and state.restore(batch)
-        state.on_message(offset, value, Source("ops", 0, offset, b"j", time.time_ns()), batch)
+        state.on_message(offset, value, Source("ops", 0, offset, b"j", time.time_ns()), members)
 
 
 def test_store_outage_mid_run_keeps_rows_and_acknowledges_only_what_is_stored() -> None:
@@ -143,7 +144,7 @@ def test_a_job_met_again_restores_from_the_newer_of_its_jobstate_and_the_store()
     old.flush()
     saved = old.handover()[0][2]
     first = data[12][1]  # the first message not acknowledged: re-read by the new owner
-    batch = old.decode(first)
+    batch = first_batch(old.decode(first))
     assert batch is not None
 
     store = MemoryStore()
