@@ -25,6 +25,7 @@ COMMANDS = (
     "rankwatch.commands.workload",
     "rankwatch.commands.minder",
     "rankwatch.commands.agent",
+    "rankwatch.commands.relay",
     "rankwatch.commands.hang",
     "rankwatch.commands.grafana",
     "rankwatch.commands.report",

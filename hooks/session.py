@@ -7,6 +7,10 @@ Where records go, first match wins: ``sink`` (a callable, the embedded mode), Ka
 (``kafka=`` or ``RANKWATCH_KAFKA``; failed messages spooled under ``spool_dir`` when
 given), else a spool file only (``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``).
 
+``RANKWATCH_RELAY`` (``HooksConfig.relay``): the socket of this host's relay, with
+Kafka: small op messages go through it, bundled with the host's other ranks' (a worker
+pays its per-message cost once for all of them); everything else goes to Kafka.
+
 ``RANKWATCH_OPS_FROM=tp0`` (``HooksConfig.ops_from``): only the tensor- and
 context-parallel rank 0 of each (DP rank, stage) sends its op records; the others send
 heartbeats and stack dumps only. The what-if reads only those ranks' ops anyway (TP and
@@ -33,7 +37,13 @@ from rankwatch.hooks.identity import Identity, identity_from_env
 from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.tracker import NOOP, RankWatch
-from rankwatch.hooks.transports import KafkaTransport, SinkTransport, SpoolTransport, Transport
+from rankwatch.hooks.transports import (
+    KafkaTransport,
+    RelayTransport,
+    SinkTransport,
+    SpoolTransport,
+    Transport,
+)
 from rankwatch.hooks.watchdog import WatchdogConfig
 from rankwatch.schemas.topics import TOPICS
 
@@ -56,6 +66,10 @@ class HooksConfig:
     ops_from: str = "all"
     """"all": every rank sends its op records; "tp0": only ranks with tp_rank 0 and
     cp_rank 0 do (the rest send heartbeats and stack dumps)."""
+    relay: str = ""
+    """The Unix socket of this host's relay (``rankwatch relay``), which bundles the
+    host's ranks' small op messages into one; empty: none. Only with ``kafka``, which
+    the rest goes to (and every message the relay does not take)."""
 
     def __post_init__(self) -> None:
         if self.ops_from not in OPS_FROM:
@@ -73,6 +87,7 @@ class HooksConfig:
             "topic_prefix": env.get("RANKWATCH_TOPIC_PREFIX", "rankwatch"),
             "spool_dir": env.get("RANKWATCH_HOOKS_SPOOL", ""),
             "ops_from": env.get("RANKWATCH_OPS_FROM", "all").lower(),
+            "relay": env.get("RANKWATCH_RELAY", ""),
         }
         values.update({k: v for k, v in given.items() if v is not None})
         return with_env_overrides(cls(**values), env)
@@ -134,8 +149,10 @@ def _destination(
         return SinkTransport(sink), spool
     if config.kafka:
         topics = {kind: f"{config.topic_prefix}.{kind}" for kind in TOPICS}
-        key = identity.job.encode()
-        return KafkaTransport(config.kafka, key=key, topics=topics), spool
+        direct = KafkaTransport(config.kafka, key=identity.job.encode(), topics=topics)
+        if config.relay:
+            return RelayTransport(config.relay, direct), spool
+        return direct, spool
     if spool is None:
         raise ValueError("rankwatch hooks: no destination (give a sink, kafka or spool_dir)")
     return SpoolTransport(spool), None

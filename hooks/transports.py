@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from rankwatch.hooks.spool import Message, Spool
+from rankwatch.schemas.batching import RelayRule
 from rankwatch.schemas.topics import TOPICS
+
+ALONE_BYTES = RelayRule().alone_bytes
+"""Ops frames this large go ``direct`` even with a relay (it would send them alone)."""
 
 
 class Transport(Protocol):
@@ -183,3 +188,55 @@ async def _abandon(producer: Any) -> None:
     """Stop a producer without waiting for its queued batches (they failed already)."""
     with contextlib.suppress(Exception):
         await asyncio.wait_for(producer.stop(), 0.5)
+
+
+class RelayTransport:
+    """Small ops frames to this host's relay (``rankwatch relay``: a Unix datagram
+    socket at ``path``), which bundles the host's ranks' frames into one message; the
+    rest, and every frame the relay does not take at once, through ``direct``.
+
+    A frame handed over never waits: the socket does not block, and a relay that is not
+    running, or whose queue is full (it stops reading while the broker is away), makes
+    the frame go ``direct`` (spooled there when that fails), so a relay can only ever
+    lose what it holds when it dies (docs/running.md, "A relay per host"). Heartbeats
+    and stack dumps always go ``direct``: hang detection does not depend on the relay.
+    """
+
+    def __init__(self, path: str, direct: Transport, alone_bytes: int = ALONE_BYTES) -> None:
+        self.path = path
+        self.direct = direct
+        self.alone_bytes = alone_bytes
+        self.relayed = 0
+        """Messages the relay took."""
+        self.fallbacks = 0
+        """Small ops frames the relay did not take (sent ``direct`` instead)."""
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        with contextlib.suppress(OSError):  # a datagram must fit the send buffer
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 2 * alone_bytes)
+
+    def send(self, messages: Sequence[Message]) -> list[bool]:
+        ok = [False] * len(messages)
+        rest = []
+        for i, m in enumerate(messages):
+            if m.kind == "ops" and len(m.value) < self.alone_bytes and self._hand(m.value):
+                ok[i] = True
+            else:
+                rest.append(i)
+        if rest:
+            for i, sent in zip(rest, self.direct.send([messages[i] for i in rest]), strict=True):
+                ok[i] = sent
+        return ok
+
+    def _hand(self, value: bytes) -> bool:
+        try:
+            self._sock.sendto(value, self.path)
+        except OSError:  # no relay, its queue full, or too large a datagram
+            self.fallbacks += 1
+            return False
+        self.relayed += 1
+        return True
+
+    def close(self) -> None:
+        self._sock.close()
+        self.direct.close()

@@ -83,10 +83,13 @@ class RelayRule:
     linger_s: float = 0.05
     """How long a bundle's first frame may wait for others: what step -> row latency
     pays for the relay, at most."""
-    max_bytes: int = 1 << 20
-    """A bundle's size, at most; frames of ``alone_bytes`` or more are not bundled."""
-    alone_bytes: int = 256 * 1024
-    """Frames this large already carry enough records for their message cost."""
+    max_bytes: int = 512 * 1024
+    """A bundle's frames' size, at most: with its envelope well under the 1 MiB a Kafka
+    broker takes per message by default (``message.max.bytes``)."""
+    alone_bytes: int = 64 * 1024
+    """Frames this large (about 1,400 records) already carry enough records for their
+    message's cost: not bundled (and a datagram this size fits a Unix socket's default
+    buffers)."""
     max_members: int = 1024
     """Frames per bundle, at most (the schema allows more)."""
 
@@ -133,6 +136,11 @@ class Bundler:
         out = [(job, frames) for job, (_, frames, _) in self._open.items()]
         self._open.clear()
         return out
+
+    @property
+    def held(self) -> int:
+        """Frames in open bundles."""
+        return sum(len(frames) for _, frames, _ in self._open.values())
 
     @property
     def deadline(self) -> float | None:

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from rankwatch.schemas import bundle, frame
 from rankwatch.schemas import columns as cols
-from rankwatch.schemas import frame
 from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.fastcheck import Check, compile_check
 from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
@@ -173,7 +173,7 @@ def decode_ops_members(
     alone. A bundle must fit ``max_bytes`` and its envelope must be right, else it is
     refused whole (raises :class:`InvalidMessage`). Which job the members may name is
     the consumer's rule (the message's key: ``Pipeline.on_members``)."""
-    if not frame.is_bundle(data):
+    if not bundle.is_bundle(data):
         try:
             return [(data, decode_ops(data, max_bytes=max_bytes))]
         except InvalidMessage as exc:
@@ -182,7 +182,7 @@ def decode_ops_members(
     if not isinstance(data, bytes):  # members are views: never of a changing buffer
         data = bytes(data)
     out: list[Member] = []
-    for member in frame.split_bundle(data):
+    for member in bundle.split(data):
         try:
             out.append((member, _decode_frame(member, max_bytes)))
         except InvalidMessage as exc:
@@ -195,7 +195,7 @@ def encode_ops_bundle(frames: list[bytes], *, max_bytes: int = DEFAULT_MAX_BYTES
     for i, member in enumerate(frames):
         if not frame.is_frame(member):
             raise InvalidMessage("malformed-frame", f"bundle member {i} is not a frame")
-    data = frame.pack_bundle(frames)
+    data = bundle.pack(frames)
     _check_size(data, max_bytes)
     return data
 

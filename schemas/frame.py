@@ -208,98 +208,9 @@ def pack(header: bytes, blocks: Mapping[str, np.ndarray], lay: FrameLayout) -> b
     return b"".join(parts)
 
 
-@dataclass(frozen=True)
-class BundleLayout:
-    """How a bundle of frames is laid out (``x-bundle`` of the binary version's schema)."""
-
-    magic: bytes
-    align: int
-    max_members: int
-
-
-_COUNT = struct.Struct("<I")
-
-
-@cache
-def bundle_layout() -> BundleLayout:
-    """The bundle layout; every binary version that describes one must agree on it (a
-    bundle's members name their own version)."""
-    found = {
-        (b["magic"], int(b["align"]), int(b["max_members"]))
-        for v in binary_versions()
-        if (b := schema("ops", v).get("x-bundle")) is not None
-    }
-    if len(found) != 1:
-        raise RuntimeError(f"binary ops versions disagree on x-bundle: {sorted(found)}")
-    magic_text, align, most = found.pop()
-    bundle_magic = magic_text.encode("ascii")
-    if len(bundle_magic) != _HEAD.size - 4 or bundle_magic == _MAGIC:
-        raise RuntimeError(f"x-bundle: 4 ASCII bytes unlike a frame's magic, not {magic_text}")
-    return BundleLayout(bundle_magic, align, most)
-
-
-def is_bundle(data: bytes | bytearray | memoryview) -> bool:
-    return data[:4] == _BUNDLE_MAGIC
-
-
-def split_bundle(data: bytes | memoryview) -> list[memoryview]:
-    """The members of a bundle, as views of ``data``; a bundle whose envelope is wrong
-    (count, lengths, padding, a member that is not a frame) is refused whole."""
-    lay = bundle_layout()
-    view = memoryview(data)
-    size = view.nbytes
-    if size < _HEAD.size:
-        raise InvalidMessage("malformed-frame", f"{size} bytes: shorter than a bundle's head")
-    (count,) = _COUNT.unpack_from(view, 4)
-    if not 1 <= count <= lay.max_members:
-        raise InvalidMessage(
-            "malformed-frame", f"a bundle of {count} members (1 to {lay.max_members})"
-        )
-    lengths_end = _HEAD.size + 4 * count
-    if lengths_end > size:
-        raise InvalidMessage("malformed-frame", f"{count} member lengths do not fit {size} bytes")
-    lengths = np.frombuffer(view, dtype="<u4", count=count, offset=_HEAD.size).tolist()
-    at = _padded(lengths_end, lay.align)
-    pads = [(lengths_end, at)]
-    members = []
-    for length in lengths:
-        end = at + length
-        members.append(view[at:end])
-        pads.append((end, _padded(end, lay.align)))
-        at = pads[-1][1]
-    if at != size:
-        raise InvalidMessage(
-            "malformed-frame", f"the members and their padding take {at} bytes, not {size}"
-        )
-    if any(any(view[lo:hi]) for lo, hi in pads):
-        raise InvalidMessage("malformed-frame", "a bundle's padding bytes are not zero")
-    for i, member in enumerate(members):
-        if not is_frame(member):
-            raise InvalidMessage("malformed-frame", f"bundle member {i} is not a frame")
-    return members
-
-
-def pack_bundle(frames: Sequence[bytes]) -> bytes:
-    """One bundle of ``frames`` (whole frames, as ``pack`` makes them)."""
-    lay = bundle_layout()
-    if not 1 <= len(frames) <= lay.max_members:
-        raise ValueError(f"a bundle holds 1 to {lay.max_members} frames, not {len(frames)}")
-    head = lay.magic + _COUNT.pack(len(frames))
-    head += np.asarray([len(f) for f in frames], dtype="<u4").tobytes()
-    parts = [head, bytes(-len(head) % lay.align)]
-    for f in frames:
-        parts += [f, bytes(-len(f) % lay.align)]
-    return b"".join(parts)
-
-
-def _padded(at: int, align: int) -> int:
-    return -(-at // align) * align
-
-
 def block_names(lay: FrameLayout, present: Sequence[str]) -> list[str]:
     """``present`` in block order."""
     return [name for name in lay.order if name in present]
 
 
 _MAGIC = magic()
-_BUNDLE_MAGIC = bundle_layout().magic

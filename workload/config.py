@@ -34,6 +34,8 @@ class WorkloadConfig:
     spool_dir: str = ""
     """Where each rank's spool file goes (the destination when there is no Kafka, and
     the fallback when Kafka is down)."""
+    relay: str = ""
+    """The host relay's socket (``HooksConfig.relay``); empty: none."""
     slow_rank: int = -1
     """Global rank given extra compute in its forward (-1: none)."""
     slow_matmuls: int = 0

@@ -215,6 +215,7 @@ class Rank:
             kafka=cfg.kafka,
             topic_prefix=cfg.topic_prefix,
             spool_dir=cfg.spool_dir,
+            relay=cfg.relay,
             publisher=PublisherConfig(flush_interval_s=0.25, heartbeat_s=2.0),
         )
         return init(hooks, identity=identity, clock=self.clock)

@@ -8,6 +8,13 @@ broker outage in the middle of training loses no step and accounts for every rec
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -17,7 +24,9 @@ from typing import Any
 import pytest
 from support.devbroker import DevBroker, create_topics
 
-from rankwatch.schemas.codec import decode, decode_ops
+from rankwatch.schemas import bundle
+from rankwatch.schemas.codec import decode, decode_ops_members
+from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.output import Source
 from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store
@@ -60,6 +69,13 @@ def consume(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[bytes]:
     return asyncio.run(run())
 
 
+def batches_in(value: bytes) -> list[OpBatch]:
+    """The batches of one ops message (a frame, or a relay's bundle of them)."""
+    members = [got for _, got in decode_ops_members(value)]
+    assert all(isinstance(got, OpBatch) for got in members), members
+    return members  # type: ignore[return-value]
+
+
 def analyse_embedded(values: list[bytes], store_dir: Path) -> list[dict[str, Any]]:
     """The same bytes through the embedded pipeline into chDB; the stored step rows."""
     pipeline = Pipeline(analyser=WhatIfAnalyser())
@@ -68,8 +84,8 @@ def analyse_embedded(values: list[bytes], store_dir: Path) -> list[dict[str, Any
         store.migrate()
         sink = TableSink(store)
         now = 0
-        for value in sorted(values, key=lambda v: decode_ops(v).sent_ns):
-            now = decode_ops(value).sent_ns
+        for value in sorted(values, key=lambda v: batches_in(v)[0].sent_ns):
+            now = batches_in(value)[0].sent_ns
             sink.write(pipeline.on_message(value, source, now))
         sink.write(pipeline.flush(now))
         sink.flush()
@@ -88,8 +104,8 @@ def check_records(result: JobResult, values: list[bytes]) -> None:
     exactly the records each rank put."""
     by_batch = {}
     for value in values:
-        batch = decode_ops(value)
-        by_batch[(batch.rank, batch.batch_seq)] = batch
+        for batch in batches_in(value):
+            by_batch[(batch.rank, batch.batch_seq)] = batch
     for r, stats in enumerate(result.hook_stats()):
         mine = [b for (rank, _), b in by_batch.items() if rank == r]
         assert sum(len(b) for b in mine) == stats["put"]
@@ -165,6 +181,53 @@ def test_a_broker_outage_mid_run_loses_no_step_and_accounts_for_every_record(
     check_records(result, values)
     rows = analyse_embedded(values, tmp_path / "chdb")
     assert [r["step"] for r in rows] == list(range(STEPS))
+    assert not any(r["partial"] for r in rows)
+
+
+@pytest.mark.slow
+def test_a_relay_started_mid_run_bundles_the_hosts_frames_and_loses_none(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """The ranks start before their host's relay: they send to Kafka themselves until
+    it listens, then through it; every record reaches the broker once either way."""
+    prefix = make_topics(kafka_broker)
+    where = Path(tempfile.mkdtemp(prefix="rw-relay-"))  # a Unix socket path is short
+    sock, status = where / "relay.sock", where / "relay.json"
+    cfg = WorkloadConfig(
+        dp=2, pp=2, steps=STEPS // 2, microbatches=2, job="wl-relay", kafka=kafka_broker,
+        topic_prefix=prefix, spool_dir=str(tmp_path / "spool"), data_wait_s=0.3,
+        relay=str(sock),
+    )  # fmt: skip
+    outcome: dict[str, Any] = {}
+    job = threading.Thread(target=lambda: outcome.update(result=run_job(cfg, tmp_path / "out")))
+    job.start()
+    relay = None
+    try:
+        _wait_for_messages(kafka_broker, f"{prefix}.ops", 4)  # sent directly: no relay yet
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "rankwatch", "relay", "--socket", str(sock),
+             "--kafka", kafka_broker, "--status-file", str(status)],
+            env={**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix},
+        )  # fmt: skip
+        job.join(300)
+    finally:
+        if relay is not None:
+            relay.send_signal(signal.SIGTERM)
+            relay.wait(60)
+        counters = json.loads(status.read_text()) if status.exists() else {}
+        shutil.rmtree(where, ignore_errors=True)
+    assert relay.returncode == 0
+    result: JobResult = outcome["result"]
+    values = consume(kafka_broker, f"{prefix}.ops")
+    check_accounting(result)
+    check_records(result, values)  # each rank's records once, relayed or not
+    bundled = [v for v in values if bundle.is_bundle(v)]
+    print(f"relay: {counters}; {len(values)} messages on the topic, {len(bundled)} bundles")
+    assert bundled and len(bundled) < len(values)  # some went directly, some bundled
+    assert counters["frames_in"] == counters["frames_sent"] > len(bundled)
+    assert counters["lost_at_close"] == counters["unnamed"] == counters["truncated"] == 0
+    rows = analyse_embedded(values, tmp_path / "chdb")
+    assert [r["step"] for r in rows] == list(range(STEPS // 2))
     assert not any(r["partial"] for r in rows)
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rankwatch.schemas import frame
+from rankwatch.schemas import bundle, frame
 from rankwatch.schemas.codec import (
     InvalidMessage,
     decode_ops,
@@ -87,7 +87,7 @@ def test_members_must_be_frames() -> None:
     json_member = encode_ops(example_batch(4), version=2)
     with pytest.raises(InvalidMessage, match="not a frame"):
         encode_ops_bundle([frames(1)[0], json_member])
-    forged = frame.pack_bundle([frames(1)[0], json_member])
+    forged = bundle.pack([frames(1)[0], json_member])
     with pytest.raises(InvalidMessage, match="member 1 is not a frame"):
         decode_ops_members(forged)
 
@@ -100,7 +100,7 @@ def test_a_bundle_larger_than_the_limit_is_refused() -> None:
 
 
 def test_the_layout_is_the_schemas_and_unlike_a_frame_or_json() -> None:
-    lay = frame.bundle_layout()
+    lay = bundle.layout()
     declared = schema("ops", 3)["x-bundle"]
     assert (lay.magic.decode(), lay.align, lay.max_members) == (
         declared["magic"],
@@ -108,17 +108,17 @@ def test_the_layout_is_the_schemas_and_unlike_a_frame_or_json() -> None:
         declared["max_members"],
     )
     data = encode_ops_bundle(frames(2))
-    assert frame.is_bundle(data) and not frame.is_frame(data) and data[:1] not in b"{ \t\r\n"
+    assert bundle.is_bundle(data) and not frame.is_frame(data) and data[:1] not in b"{ \t\r\n"
 
 
 @given(st.lists(st.binary(max_size=40), min_size=1, max_size=20))
 def test_members_come_back_byte_for_byte_each_aligned(bodies: list[bytes]) -> None:
     magic = frame.magic()
     members = [magic + body for body in bodies]
-    data = frame.pack_bundle(members)
-    views = frame.split_bundle(data)
+    data = bundle.pack(members)
+    views = bundle.split(data)
     assert [bytes(v) for v in views] == members
     base = np.frombuffer(data, dtype=np.uint8).ctypes.data
     offsets = [np.frombuffer(v, dtype=np.uint8).ctypes.data - base for v in views]
-    align = frame.bundle_layout().align
+    align = bundle.layout().align
     assert all(at % align == 0 for at in offsets) and len(data) % align == 0
