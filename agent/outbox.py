@@ -41,8 +41,13 @@ class LinesTransport:
 
 
 class KafkaTransport:
-    def __init__(self, bootstrap: str, topic: str, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, timeout_s: float = 10.0, linger_ms: int = 20
+    ) -> None:
         self.bootstrap, self.topic, self.timeout_s = bootstrap, topic, timeout_s
+        self.linger_ms = linger_ms
+        """How long the producer waits to batch messages: the relay, which sends its
+        bundles and waits for the broker before it reads on, wants 0."""
         self._loop: Any = None
         self._producer: Any = None
 
@@ -54,7 +59,7 @@ class KafkaTransport:
         async def start() -> Any:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self.bootstrap,
-                linger_ms=20,
+                linger_ms=self.linger_ms,
                 request_timeout_ms=int(self.timeout_s * 1000),
             )
             await producer.start()

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if not bootstrap:
         raise UserError("rankwatch relay: no Kafka (give --kafka, or set RANKWATCH_KAFKA)")
     rule = RelayRule() if args.linger is None else RelayRule(linger_s=args.linger)
-    producer = KafkaSender(KafkaTransport(bootstrap, f"{config.kafka.topic_prefix}.ops"))
+    topic = f"{config.kafka.topic_prefix}.ops"
+    producer = KafkaSender(KafkaTransport(bootstrap, topic, linger_ms=0))
     try:
         sock = bind(args.socket)
     except OSError as exc:

@@ -123,8 +123,8 @@ class Pipeline:
         if refused:
             n = len(members)
             detail = "; ".join(f"bundle member {i} of {n}: {d}" for i, _, d, _ in refused)
-            job = next((j for *_, j in refused if j), "")
-            out.extend(self._letter(data, source, now_ns, refused[0][1], detail, job))
+            named = next((j for *_, j in refused if j), "")
+            out.extend(self._letter(data, source, now_ns, refused[0][1], detail, named))
         return out
 
     def on_batch(self, batch: OpBatch, data: bytes, source: Source, now_ns: int) -> Output:
