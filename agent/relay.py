@@ -142,21 +142,19 @@ class Relay:
     # -- in ------------------------------------------------------------------------------
 
     def _receive(self, until: float) -> None:
-        """Datagrams until ``until``: the first waited for, the rest as queued."""
+        """The first datagram, waited for until ``until``, then those already queued
+        (not waiting for more: a steady stream must not keep a due bundle back)."""
         wait = until - self.clock()
         if wait > 0:
             self.sock.settimeout(wait)
         else:
             self.sock.setblocking(False)
-        first = True
         for _ in range(self.rule.max_members):
-            try:
-                size, _, flags, _ = self.sock.recvmsg_into(
-                    [self._buffer], 0, 0 if first else socket.MSG_DONTWAIT
-                )
+            try:  # a socket with a timeout waits for data whatever the flags say
+                size, _, flags, _ = self.sock.recvmsg_into([self._buffer])
             except (BlockingIOError, TimeoutError):
                 return
-            first = False
+            self.sock.setblocking(False)
             if flags & socket.MSG_TRUNC:
                 self.counters.truncated += 1
                 continue

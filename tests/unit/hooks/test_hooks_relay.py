@@ -5,6 +5,7 @@ the producer is a recording stand-in (the broker path: tests/integration)."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,6 +103,36 @@ def test_a_hosts_frames_leave_as_one_bundle_per_job(path: str) -> None:
     assert [m.rank for _, m in members if isinstance(m, OpBatch)] == [0, 1, 3]
     counters = relay.snapshot()
     assert (counters.frames_in, counters.bundles_sent, counters.messages_sent) == (4, 1, 2)
+
+
+def test_a_steady_stream_does_not_keep_a_due_bundle_back(path: str) -> None:
+    """Frames arriving all the time (a burst of 8 every 10 ms) still leave in bundles
+    of about one linger's worth, not when the stream pauses."""
+    sent: list[tuple[float, int]] = []
+
+    def producer(items: list[tuple[bytes, bytes]]) -> None:
+        sent.extend((time.monotonic(), len(bundle_frames(v))) for _, v in items)
+
+    relay = Relay(bind(path), producer, RelayRule(linger_s=0.05))
+    stop = threading.Event()
+    loop = threading.Thread(target=relay.run, args=(stop,))
+    loop.start()
+    hooks = RelayTransport(path, Direct())
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < 0.6:
+            hooks.send([Message("ops", frame(r), 6) for r in range(8)])
+            time.sleep(0.01)
+        first_out = sent[0][0] - started if sent else None
+    finally:
+        stop.set()
+        loop.join(10)
+    assert first_out is not None and first_out < 0.3  # not only once the stream stops
+    assert len(sent) >= 4 and max(n for _, n in sent) <= 8 * 20  # 50 ms is 5 bursts
+
+
+def bundle_frames(value: bytes) -> list[memoryview | bytes]:
+    return bundle.split(value) if bundle.is_bundle(value) else [value]
 
 
 def test_a_datagram_naming_no_job_goes_alone_for_the_worker_to_refuse(path: str) -> None:
