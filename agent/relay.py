@@ -70,7 +70,6 @@ class _Unsent:
     key: bytes
     value: bytes
     frames: int
-    bundle: bool
 
 
 class Relay:
@@ -165,14 +164,14 @@ class Relay:
         job = bundle.frame_job(data, MAX_JOB_CHARS)
         if job is None:
             self.counters.unnamed += 1
-            self._unsent.append(_Unsent(b"", data, 1, False))
+            self._unsent.append(_Unsent(b"", data, 1))
             return
         self._queue(self.bundler.add(self.clock(), job, data))
 
     def _queue(self, ready: list[tuple[str, list[bytes]]]) -> None:
         for job, frames in ready:
             value = frames[0] if len(frames) == 1 else bundle.pack(frames)
-            self._unsent.append(_Unsent(job.encode(), value, len(frames), len(frames) > 1))
+            self._unsent.append(_Unsent(job.encode(), value, len(frames)))
 
     # -- out -----------------------------------------------------------------------------
 
@@ -190,7 +189,7 @@ class Relay:
         for item in self._unsent:
             self.counters.messages_sent += 1
             self.counters.frames_sent += item.frames
-            self.counters.bundles_sent += item.bundle
+            self.counters.bundles_sent += item.frames > 1
         self._unsent = []
 
 

@@ -21,8 +21,9 @@ import orjson
 from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.registry import schema, versions
 
-_HEAD = struct.Struct("<4sI")
-"""A frame's magic and header length; a bundle's magic and member count."""
+HEAD = struct.Struct("<4sI")
+"""A frame's magic and header length; a bundle's magic and member count (the frame
+module reads frames' heads with this too: one definition, without numpy)."""
 
 
 @dataclass(frozen=True)
@@ -66,20 +67,20 @@ def split(data: bytes | memoryview) -> list[memoryview]:
     (count, lengths, padding, a member that is not a frame) is refused whole."""
     view = memoryview(data)
     size = view.nbytes
-    if size < _HEAD.size:
+    if size < HEAD.size:
         raise InvalidMessage("malformed-frame", f"{size} bytes: shorter than a bundle's head")
-    _, count = _HEAD.unpack_from(view)
+    _, count = HEAD.unpack_from(view)
     if not 1 <= count <= _LAYOUT.max_members:
         raise InvalidMessage(
             "malformed-frame", f"a bundle of {count} members (1 to {_LAYOUT.max_members})"
         )
-    lengths_end = _HEAD.size + 4 * count
+    lengths_end = HEAD.size + 4 * count
     if lengths_end > size:
         raise InvalidMessage("malformed-frame", f"{count} member lengths do not fit {size} bytes")
     at = _padded(lengths_end)
     pads = [(lengths_end, at)]
     members = []
-    for length in struct.unpack_from(f"<{count}I", view, _HEAD.size):
+    for length in struct.unpack_from(f"<{count}I", view, HEAD.size):
         members.append(view[at : at + length])
         pads.append((at + length, _padded(at + length)))
         at = pads[-1][1]
@@ -99,7 +100,7 @@ def pack(frames: Sequence[bytes]) -> bytes:
     """One bundle of ``frames`` (whole frames: not checked here)."""
     if not 1 <= len(frames) <= _LAYOUT.max_members:
         raise ValueError(f"a bundle holds 1 to {_LAYOUT.max_members} frames, not {len(frames)}")
-    head = _HEAD.pack(_LAYOUT.magic, len(frames)) + struct.pack(
+    head = HEAD.pack(_LAYOUT.magic, len(frames)) + struct.pack(
         f"<{len(frames)}I", *map(len, frames)
     )
     parts = [head, bytes(_padded(len(head)) - len(head))]
@@ -111,11 +112,11 @@ def pack(frames: Sequence[bytes]) -> bytes:
 def frame_job(data: bytes, max_chars: int = 256) -> str | None:
     """The job a frame's header names (None: not a frame, or no readable job name). A
     relay reads only this; the worker checks the rest."""
-    if not is_frame(data) or len(data) < _HEAD.size:
+    if not is_frame(data) or len(data) < HEAD.size:
         return None
-    _, header_len = _HEAD.unpack_from(data)
+    _, header_len = HEAD.unpack_from(data)
     try:
-        header = orjson.loads(data[_HEAD.size : _HEAD.size + header_len])
+        header = orjson.loads(data[HEAD.size : HEAD.size + header_len])
     except orjson.JSONDecodeError:
         return None
     job = header.get("job") if isinstance(header, dict) else None

@@ -15,7 +15,6 @@ the header against the schema and the columns against their item rules
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -24,14 +23,20 @@ from typing import Any
 import numpy as np
 
 from rankwatch.schemas import columns as cols
+from rankwatch.schemas.bundle import (
+    HEAD,
+    is_frame,  # noqa: F401 (frame.is_frame: one definition)
+)
+from rankwatch.schemas.bundle import layout as bundle_layout
 from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.registry import schema, versions
 
 FRAME_FIELDS: tuple[str, ...] = ("records", "extra_columns", "strings")
 """Header fields that say how the frame lays out its columns (not part of the records)."""
 
-_HEAD = struct.Struct("<4sI")
-"""Magic and header length: the 8 bytes every frame starts with."""
+_HEAD = HEAD
+"""Magic and header length: the 8 bytes every frame starts with (defined once, in the
+numpy-free bundle module, which a host's relay imports)."""
 
 
 @dataclass(frozen=True)
@@ -155,10 +160,6 @@ def magic() -> bytes:
     return found.pop()
 
 
-def is_frame(data: bytes | bytearray | memoryview) -> bool:
-    return data[:4] == _MAGIC
-
-
 def split(data: bytes | bytearray | memoryview) -> tuple[memoryview, int]:
     """(the header's bytes, where the first column block starts) of a frame."""
     size = len(data) if not isinstance(data, memoryview) else data.nbytes
@@ -213,4 +214,5 @@ def block_names(lay: FrameLayout, present: Sequence[str]) -> list[str]:
     return [name for name in lay.order if name in present]
 
 
-_MAGIC = magic()
+if magic() != bundle_layout().frame_magic:  # is_frame reads the magic the bundle module read
+    raise RuntimeError("schemas/bundle.py and schemas/frame.py disagree on the frame magic")
