@@ -39,6 +39,7 @@ from rankwatch.schemas.examples import example_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.devbroker import DevBroker, create_topics
+from timing import process_cpu_s  # benchmarks/timing.py (scripts run from this folder)
 
 RANKS = 8
 
@@ -48,11 +49,6 @@ def frames(records: int, count: int) -> list[bytes]:
         encode_ops(example_batch(records, rank=i % RANKS, batch_seq=i // RANKS, job="bench"))
         for i in range(count)
     ]
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def through_relay(
@@ -79,7 +75,7 @@ def through_relay(
             assert time.monotonic() < deadline, "the relay sent nothing"
             time.sleep(0.05)
         hooks.fallbacks = hooks.relayed = 0
-        cpu0, relay0 = time.process_time(), _cpu_s(relay.pid)
+        cpu0, relay0 = time.process_time(), process_cpu_s(relay.pid)
         for at in range(0, len(data), RANKS):
             hooks.send([Message("ops", f, 0) for f in data[at : at + RANKS]])
             time.sleep(burst_s)  # bursts: a host's ranks end their steps together
@@ -87,7 +83,7 @@ def through_relay(
         while json.loads(status.read_text())["frames_sent"] < 1 + hooks.relayed:
             assert time.monotonic() < deadline + 300, "the relay did not send everything"
             time.sleep(0.1)
-        relay_cpu = _cpu_s(relay.pid) - relay0
+        relay_cpu = process_cpu_s(relay.pid) - relay0
         counters = json.loads(status.read_text())
     finally:
         relay.terminate()

@@ -81,6 +81,7 @@ from rankwatch.traceio import read_meta, read_trace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.devbroker import DevBroker, create_topics
 from support.workers import WorkerProcess, spread_jobs, uncommitted
+from timing import process_cpu_s  # benchmarks/timing.py (scripts run from this folder)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
 OPS_VERSION = 3
@@ -223,7 +224,7 @@ def drain(
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
         )
-        t0, cpu0 = time.monotonic(), _cpu_s(worker.proc.pid)
+        t0, cpu0 = time.monotonic(), process_cpu_s(worker.proc.pid)
         asyncio.run(_send_all(broker, topic, encoded))
         sent_s = time.monotonic() - t0
         while uncommitted(broker, f"{prefix}-workers", topic, 1) > 0:
@@ -231,7 +232,7 @@ def drain(
                 raise RuntimeError(f"{name}: not drained in 900 s: {worker.status()}")
             time.sleep(0.25)
         seconds = time.monotonic() - t0
-        cpu = _cpu_s(worker.proc.pid) - cpu0
+        cpu = process_cpu_s(worker.proc.pid) - cpu0
         status = worker.status()
         peak = _vmhwm_mib(worker.proc.pid)
     finally:
@@ -288,14 +289,14 @@ def group(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: the group never split the partitions")
             time.sleep(0.25)
-        t0, cpu0 = time.monotonic(), [_cpu_s(w.proc.pid) for w in procs]
+        t0, cpu0 = time.monotonic(), [process_cpu_s(w.proc.pid) for w in procs]
         asyncio.run(_send_all(broker, topic, encoded))
         while uncommitted(broker, f"{prefix}-workers", topic, partitions) > 0:
             if time.monotonic() - t0 > 900:
                 raise RuntimeError(f"{name}: not drained in 900 s")
             time.sleep(0.25)
         seconds = time.monotonic() - t0
-        cpu = [_cpu_s(w.proc.pid) - c for w, c in zip(procs, cpu0, strict=True)]
+        cpu = [process_cpu_s(w.proc.pid) - c for w, c in zip(procs, cpu0, strict=True)]
         statuses = [w.status() for w in procs]
     finally:
         for w in procs:
@@ -493,12 +494,6 @@ def _pinned(worker: WorkerProcess, core: int | None = None) -> WorkerProcess:
         subprocess.run(["taskset", "-a", "-p", "-c", cpu, str(worker.proc.pid)], check=False,
                        capture_output=True)  # fmt: skip
     return worker
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _vmhwm_mib(pid: int) -> float | None:

@@ -3,10 +3,12 @@ median CPU time, and the tracemalloc peak of one more run (numpy reports its arr
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 
 
 def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
@@ -31,3 +33,10 @@ def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
         "peak_mib": peak / 2**20,
         "runs": repeat,
     }
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all its threads) process ``pid`` used so far: the
+    benchmarks that time a worker or relay subprocess read it before and after."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 from support.workers import (
     STEP_FIELDS,
     WorkerProcess,
     records_until,
     reference_run,
+    send_in_order,
     several_jobs,
     wait_committed,
 )
@@ -83,16 +83,6 @@ def dirty_stream(
     return out, letters
 
 
-async def send(bootstrap: str, topic: str, messages: list[Message]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 * 1024 * 1024)
-    await producer.start()
-    try:
-        for key, value in messages:
-            await producer.send_and_wait(topic, value, key=key)
-    finally:
-        await producer.stop()
-
-
 def restarted_halfway(batches: list[ReplayedBatch], step: int) -> list[ReplayedBatch]:
     """The batches as if training restarted before ``step`` under the same job id: each
     rank numbers its batches from 0 again (not duplicates: they carry new steps)."""
@@ -131,7 +121,7 @@ def test_bad_messages_are_dead_letters_and_good_results_unchanged(
     )
     try:
         worker.wait_for(lambda s: s.get("problems") == [], 60, "a healthy worker")
-        asyncio.run(send(kafka_broker, topic, messages))
+        asyncio.run(send_in_order(kafka_broker, topic, messages))
         wait_committed(kafka_broker, f"{prefix}-workers", topic, 2, timeout_s=90)
         status = worker.settled()
     finally:

@@ -14,8 +14,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
-from support.workers import STEP_FIELDS, WorkerProcess, reference_run, several_jobs, wait_committed
+from support.workers import (
+    STEP_FIELDS,
+    WorkerProcess,
+    reference_run,
+    send_in_order,
+    several_jobs,
+    wait_committed,
+)
 
 from rankwatch.schemas.batching import RelayRule
 from rankwatch.schemas.codec import encode_ops, encode_ops_bundle
@@ -48,16 +54,6 @@ def stream(batches: list[ReplayedBatch]) -> tuple[list[bytes], list[bytes]]:
     return out, [with_bad, broken]
 
 
-async def send(bootstrap: str, topic: str, values: list[bytes]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 * 1024 * 1024)
-    await producer.start()
-    try:
-        for value in values:
-            await producer.send_and_wait(topic, value, key=KEY)
-    finally:
-        await producer.stop()
-
-
 def test_bundled_traffic_stores_what_a_clean_run_does(
     kafka_broker: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
@@ -70,7 +66,7 @@ def test_bundled_traffic_stores_what_a_clean_run_does(
     worker = WorkerProcess(kafka_broker, prefix, dsn, artifacts_dir, RANKWATCH_PARTITIONS="2")
     try:
         worker.wait_for(lambda s: s.get("problems") == [], 60, "a healthy worker")
-        asyncio.run(send(kafka_broker, topic, values))
+        asyncio.run(send_in_order(kafka_broker, topic, [(KEY, v) for v in values]))
         wait_committed(kafka_broker, f"{prefix}-workers", topic, 2, timeout_s=90)
         status = worker.settled()
     finally:

@@ -170,6 +170,22 @@ async def read_topic(
     return [decode(kind, r.value) for r in records]
 
 
+async def send_in_order(
+    bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes]]
+) -> None:
+    """(key, value) messages, each acknowledged before the next is sent: the order a
+    test builds is the order the worker reads."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=4 * 1024 * 1024)
+    await producer.start()
+    try:
+        for key, value in messages:
+            await producer.send_and_wait(topic, value, key=key)
+    finally:
+        await producer.stop()
+
+
 def uncommitted(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     """Messages of ``topic`` past the group's committed offsets (0: all committed)."""
     return asyncio.run(_lag(bootstrap, group, topic, partitions))
