@@ -32,6 +32,7 @@ from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, 
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
+from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 
@@ -155,17 +156,24 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
 
     out_topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
 
-    @app.agent(topic("heartbeats"))
+    inputs = {kind: topic(kind) for kind in ("heartbeats", "stacks")}
+    guard = StallGuard(app, [t.get_topic_name() for t in inputs.values()], log)
+
+    @app.agent(inputs["heartbeats"])
     async def heartbeats(stream: Any) -> None:
+        guard.stream(inputs["heartbeats"].get_topic_name(), stream)
         async for event in stream.events():
+            guard.handed(event.message)
             state.on_heartbeat(event.value, _source(event.message))
 
-    @app.agent(topic("stacks"))
+    @app.agent(inputs["stacks"])
     async def stacks(stream: Any) -> None:
+        guard.stream(inputs["stacks"].get_topic_name(), stream)
         async for event in stream.events():
+            guard.handed(event.message)
             state.on_stacks(event.value, _source(event.message))
 
-    status = StatusReporter(app, settings.status_file, log)
+    status = StatusReporter(app, settings.status_file, log, guard=guard)
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:

@@ -19,6 +19,8 @@ from typing import Any
 import faust
 import orjson
 
+from rankwatch.streams.kit.rewind import StallGuard
+
 
 def write_status(path: str | Path, status: dict[str, Any]) -> None:
     """Replace the status file atomically (a reader never sees half a file)."""
@@ -70,19 +72,30 @@ def health_problems(status: dict[str, Any]) -> list[str]:
 class StatusReporter:
     """A worker's tick report: its state's ``snapshot`` plus what its consumer holds
     (assigned partitions, lag) and the :func:`health_problems` they show; logged (at
-    DEBUG every tick, at INFO once a minute) and written to ``status_file`` if any."""
+    DEBUG every tick, at INFO once a minute) and written to ``status_file`` if any.
+    With a ``guard``, each report first reads again the partitions faust read past
+    (:class:`~rankwatch.streams.kit.rewind.StallGuard`) and counts them."""
 
     def __init__(
-        self, app: faust.App, status_file: str | None, log: logging.Logger, every_s: float = 60.0
+        self,
+        app: faust.App,
+        status_file: str | None,
+        log: logging.Logger,
+        every_s: float = 60.0,
+        guard: StallGuard | None = None,
     ) -> None:
         self.app = app
         self.status_file = status_file
         self.log = log
         self.every_s = every_s
+        self.guard = guard
         self._logged = float("-inf")
 
     async def __call__(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         assigned = _assignment(self.app)
+        if self.guard is not None:
+            await self.guard.check(assigned)
+            snapshot.update(self.guard.counters())
         snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
         snapshot["lag"] = await _lag(self.app, assigned)
         snapshot["problems"] = health_problems(snapshot)

@@ -41,6 +41,7 @@ from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
+from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.minder.detector import MinderModel
@@ -303,15 +304,19 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
     metrics = input_topic(app, settings.topic_prefix, "metrics", settings.partitions)
     topics = output_topics(app, settings.topic_prefix, ("alerts", DEAD_LETTERS))
 
+    guard = StallGuard(app, [metrics.get_topic_name()], log)
+
     @app.agent(metrics)
     async def consume(stream: Any) -> None:
+        guard.stream(metrics.get_topic_name(), stream)
         async for event in stream.noack().events():
             m = event.message
+            guard.handed(m)
             state.on_message(event.value, m.topic, m.partition, m.offset, token=event, key=m.key)
             while state.delivery.full:  # back-pressure: the timer stores, then we read on
                 await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
-    status = StatusReporter(app, settings.status_file, log)
+    status = StatusReporter(app, settings.status_file, log, guard=guard)
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:

@@ -25,6 +25,7 @@ from rankwatch.streams.kit.delivery import publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
+from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.ops.worker_state import (
     JOBSTATE_MAX_BYTES,
     WorkerSettings,
@@ -67,7 +68,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     changelog = ChangelogReader(
         settings.bootstrap, f"{settings.topic_prefix}.{JOBSTATE}", JOBSTATE_MAX_BYTES
     )
-    status = StatusReporter(app, settings.status_file, log)
+    guard = StallGuard(app, [ops_topic.get_topic_name()], log)
+    status = StatusReporter(app, settings.status_file, log, guard=guard)
 
     settling = asyncio.Lock()
     """One store-and-hand-over at a time: the agent, the timer, ``settle_closed`` and the
@@ -125,8 +127,10 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:
+        guard.stream(ops_topic.get_topic_name(), stream)
         async for event in stream.noack().events():
             msg = event.message
+            guard.handed(msg)
             members = state.decode(event.value)
             batch = first_batch(members)
             if batch is not None and state.needs_restore(batch, event.key):

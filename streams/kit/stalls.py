@@ -1,0 +1,117 @@
+"""Partitions the consumer read past while the agent got nothing: found, to be read again.
+
+faust-streaming 0.15.3 can take records off aiokafka and never hand them to the agent.
+The case met in the tests: while a rebalance's recovery seeks the stream partitions to
+their committed offsets, a fetch already under way returns records, faust sees its flow
+stopped and "seeks back to committed offsets", and aiokafka skips the seek for a
+partition with nothing committed yet; the records are gone from the stream and the
+consumer's position stays past them (docs/operations.md, "A partition read past").
+Nothing is lost for good (the committed offset stays before them), but the worker is
+blind to that partition until the next rebalance: a job's steps wait, the group's lag
+shows 0.
+
+The check is the one a person would make: the consumer's position on a partition is
+past the offset after the last record the agent got from it, the agent has nothing
+queued, and it stayed so for ``wait_s``. The partition is then read again from that
+offset (records already seen come again only if the check was wrong: the worker
+deduplicates them). A partition read again that comes back to the same gap is not read
+again a second time (something else is wrong there): it is reported once, and left
+alone until the agent gets a record of it or the assignment changes.
+
+Pure: the shell gives positions, where reading resumed after the last assignment, and
+whether each topic's queue is empty; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+Partition = tuple[str, int]
+"""(topic, partition)"""
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """Read ``partition`` again from ``offset`` (the consumer was at ``position``); or,
+    when ``stuck``, it was read again from there once already and the gap came back:
+    left alone, reported once."""
+
+    partition: Partition
+    offset: int
+    position: int
+    waited_s: float
+    stuck: bool = False
+
+
+@dataclass
+class StallWatch:
+    wait_s: float = 5.0
+    """How long a gap must last, with the agent's queue empty, before it counts."""
+    rewinds: int = 0
+    stuck: int = 0
+    """Gaps that came back at an offset already read again once (left alone)."""
+    _next: dict[Partition, int] = field(default_factory=dict)
+    """partition -> the offset after the last record handed to the agent"""
+    _gaps: dict[Partition, tuple[int, float]] = field(default_factory=dict)
+    """partition -> (offset the agent waits for, when the gap was first seen)"""
+    _tried: dict[Partition, int] = field(default_factory=dict)
+    """partition -> the offset it was read again from, while nothing came since"""
+    _stuck: set[Partition] = field(default_factory=set)
+
+    def handed(self, partition: Partition, offset: int) -> None:
+        """The agent got the record at ``offset`` of ``partition``."""
+        self._next[partition] = offset + 1
+        self._gaps.pop(partition, None)
+        self._tried.pop(partition, None)
+        self._stuck.discard(partition)
+
+    def reassigned(self) -> None:
+        """The group's assignment changed: the consumer goes back to the committed
+        offsets, so what the agent got before says nothing of where it reads now."""
+        self._next.clear()
+        self._gaps.clear()
+        self._tried.clear()
+        self._stuck.clear()
+
+    def expects(self, partition: Partition) -> int | None:
+        """The offset the agent waits for on ``partition`` (None: nothing handed since
+        the last assignment; the shell then gives where reading resumed)."""
+        return self._next.get(partition)
+
+    def check(
+        self,
+        now: float,
+        positions: Mapping[Partition, int],
+        resumed: Mapping[Partition, int],
+        quiet: Mapping[str, bool],
+    ) -> list[Rewind]:
+        """The partitions to read again. ``positions``: the consumer's position on each
+        watched, assigned partition; ``resumed``: where reading resumed after the last
+        assignment (committed offset, or the log's start), for partitions nothing was
+        handed from since; ``quiet``: per topic, whether the agent's queue is empty."""
+        out = []
+        for partition, position in positions.items():
+            expected = self._next.get(partition, resumed.get(partition))
+            if expected is None or position <= expected or partition in self._stuck:
+                self._gaps.pop(partition, None)
+                continue
+            seen = self._gaps.get(partition)
+            if seen is None or seen[0] != expected:
+                self._gaps[partition] = (expected, now)
+                continue
+            waited = now - seen[1]
+            if waited < self.wait_s or not quiet.get(partition[0], False):
+                continue
+            del self._gaps[partition]
+            if self._tried.get(partition) == expected:
+                self._stuck.add(partition)
+                self.stuck += 1
+                out.append(Rewind(partition, expected, position, waited, stuck=True))
+                continue
+            self._tried[partition] = expected
+            self.rewinds += 1
+            out.append(Rewind(partition, expected, position, waited))
+        for partition in set(self._gaps) - set(positions):  # no longer assigned
+            del self._gaps[partition]
+        return out
