@@ -1,6 +1,6 @@
 """The shell of :mod:`~rankwatch.streams.kit.stalls` on a faust app: reads the consumer's
 positions, the committed offsets and the agents' queues at each tick, and reads a
-partition again where faust dropped its records (docs/operations.md, "A partition read
+partition again where faust dropped its records (docs/running.md, "A partition read
 past").
 
 Two of the things read here are faust-streaming 0.15.3 internals (the committed offsets

@@ -5,7 +5,7 @@ The case met in the tests: while a rebalance's recovery seeks the stream partiti
 their committed offsets, a fetch already under way returns records, faust sees its flow
 stopped and "seeks back to committed offsets", and aiokafka skips the seek for a
 partition with nothing committed yet; the records are gone from the stream and the
-consumer's position stays past them (docs/operations.md, "A partition read past").
+consumer's position stays past them (docs/running.md, "A partition read past").
 Nothing is lost for good (the committed offset stays before them), but the worker is
 blind to that partition until the next rebalance: a job's steps wait, the group's lag
 shows 0.

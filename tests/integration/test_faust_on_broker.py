@@ -9,19 +9,15 @@ The app is ``faust_counter_app.py`` beside this file, run as a real worker subpr
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import TopicPartition
+from support.faustproc import faust_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -29,30 +25,6 @@ APP = Path(__file__).with_name("faust_counter_app.py")
 PARTITIONS = 2
 KEYS = [b"job-a", b"job-b", b"job-c", b"job-d"]
 TopicFactory = Callable[..., str]
-
-
-@contextmanager
-def faust_worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run the app as a worker; stop it with SIGTERM (a graceful faust shutdown). The
-    faust CLI starts its web server on port 6066 whatever the app's ``web_enabled``
-    says, so a second suite on the same machine made this worker exit at start
-    ("address already in use"): ``--without-web``."""
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(APP), "worker", "--without-web", "--loglevel", "info"],
-            env={**os.environ, **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def _send(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
@@ -134,7 +106,7 @@ async def _restart_scenario(
     reader.assign([TopicPartition(sink, p) for p in range(PARTITIONS)])
     try:
         first = [(k, f"{k.decode()}:{i}".encode()) for i in range(3) for k in KEYS]
-        with faust_worker(env, log):
+        with faust_worker(APP, env, log):
             await _send(bootstrap, source, first)
             out = await _read(reader, len(first), timeout_s=60)
             assert len(out) == len(first), log_tail()
@@ -147,7 +119,7 @@ async def _restart_scenario(
         second = [(k, f"{k.decode()}:3".encode()) for k in KEYS]
         if backlog:
             await _send(bootstrap, source, second)
-        with faust_worker(env, log):
+        with faust_worker(APP, env, log):
             if not backlog:
                 await _wait_for_log(log, "Worker ready", times=2)
                 await _send(bootstrap, source, second)

@@ -218,6 +218,8 @@ def test_jobs_moved_mid_run_are_stored_as_by_one_uninterrupted_worker(
         for w in workers:
             w.stop()
 
+    read_again = sum(s.get("partitions_read_again", 0) for s in statuses)
+    print(f"moved jobs, {how}: partitions read again {read_again}")  # docs/running.md
     taker = statuses[-1] if how == "join" else statuses[0]
     assert taker["restored_from_jobstate"] >= 1, "the new owner restored a moved job"
     assert all(s["jobstates_bad"] == 0 for s in statuses)
