@@ -7,13 +7,25 @@ clickhouse-connect or chDB), ``sink`` (batched inserts of an ``Output``), ``deli
 worker's guarantees), ``restart``
 (the detector snapshots and announced alerts the hang and Minder workers read back),
 ``health`` (the status file and its check), ``changelog`` (the latest value per key
-of a compacted topic's partition: the ops worker's job handover).
+of a compacted topic's partition: the ops worker's job handover), ``rewind`` (reads a
+partition again where faust dropped its records).
 
 Pure: ``output`` (what a core hands its shell: rows, publications, dead letters,
 where a message came from), ``deadletter`` (one shape for refused messages),
 ``acks`` (when a consumed message may be acknowledged; the ops worker's today),
 ``pacing`` (when a closed step is due for storing: at once, a gap after the last store),
+``stalls`` (which partitions the consumer read past while the agent got nothing),
 ``settings`` (what every worker's settings hold), ``times``.
 """
 
-SHELL = ("faustapp", "topics", "store", "sink", "delivery", "restart", "health", "changelog")
+SHELL = (
+    "faustapp",
+    "topics",
+    "store",
+    "sink",
+    "delivery",
+    "restart",
+    "health",
+    "changelog",
+    "rewind",
+)
