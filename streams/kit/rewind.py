@@ -36,6 +36,8 @@ class StallGuard:
         self.watch = StallWatch(wait_s=wait_s)
         self._queues: dict[str, Any] = {}
         self._log_start: dict[Partition, int] = {}
+        self._at_first: dict[Partition, int | None] = {}
+        """partition -> faust's committed offset when the agent got its first record"""
         self._warned: set[str] = set()
         app.on_partitions_revoked.connect(self._reassigned)  # type: ignore[arg-type]
         app.on_partitions_assigned.connect(self._reassigned)  # type: ignore[arg-type]
@@ -49,8 +51,14 @@ class StallGuard:
         self._queues[topic] = queue
 
     def handed(self, message: Any) -> None:
-        """The agent got ``message`` (a faust event's ``message``)."""
-        self.watch.handed((message.topic, message.partition), message.offset)
+        """The agent got ``message`` (a faust event's ``message``). For the first one of
+        a partition since the assignment, what was committed then is kept: faust commits
+        past records it dropped once the agent acknowledges later ones."""
+        key = (message.topic, message.partition)
+        first = key not in self._at_first and self.watch.wants_resumed(key)
+        if first and not self.app.rebalancing:  # between revocation and seek: not known
+            self._at_first[key] = self._committed(key)
+        self.watch.handed(key, message.offset)
 
     def counters(self) -> dict[str, int]:
         return {"partitions_read_again": self.watch.rewinds, "partitions_stuck": self.watch.stuck}
@@ -73,21 +81,24 @@ class StallGuard:
         where = f"{tp.topic}:{tp.partition}"
         if rewind.stuck:
             self.log.warning(
-                "%s: read again from offset %d, and the consumer is at %d again with nothing"
-                " handed to the worker for %.0f s: left alone",
+                "%s: read again from offset %d once already, and the worker still did not"
+                " get that record (consumer at %d): left alone",
                 where,
                 rewind.offset,
                 rewind.position,
-                rewind.waited_s,
             )
             return
+        what = (
+            f"the worker got nothing past {rewind.offset} for {rewind.waited_s:.0f} s"
+            if rewind.waited_s
+            else f"the worker never got the record at offset {rewind.offset}"
+        )
         self.log.warning(
-            "%s: the consumer is at offset %d but the worker got nothing past %d for %.0f s"
-            " (records dropped inside faust): reading the partition again from %d",
+            "%s: the consumer is at offset %d but %s (records dropped inside faust):"
+            " reading the partition again from %d",
             where,
             rewind.position,
-            rewind.offset,
-            rewind.waited_s,
+            what,
             rewind.offset,
         )
         try:
@@ -109,37 +120,34 @@ class StallGuard:
     async def _resumed(
         self, tps: dict[Partition, Any], positions: dict[Partition, int]
     ) -> dict[Partition, int]:
-        """Where reading resumed after the assignment, for the partitions the agent got
-        nothing from since and the consumer has read into: the committed offset, or the
-        log's start when nothing is committed and the app starts there (a worker that
-        starts at the log's end, the hang worker, leaves those partitions unchecked)."""
-        out: dict[Partition, int] = {}
-        unknown = []
-        from_start = self.app.conf.consumer_auto_offset_reset == "earliest"
-        for key, position in positions.items():
-            if position == 0 or self.watch.expects(key) is not None:
-                continue
-            committed = self._committed(tps[key])
-            if committed is not None:
-                out[key] = committed
-            elif key in self._log_start:
-                out[key] = self._log_start[key]
-            elif from_start:
-                unknown.append(tps[key])
-        if unknown:
+        """Where reading resumed after the assignment, for the partitions the watch asks
+        about: the committed offset (or the log's start, if retention removed records
+        past it), or the log's start when nothing is committed and the app starts there
+        (a worker that starts at the log's end, the hang worker, leaves those out)."""
+        wanted = [k for k, at in positions.items() if at > 0 and self.watch.wants_resumed(k)]
+        missing = [tps[k] for k in wanted if k not in self._log_start]
+        if missing:
             try:
-                starts = await self.app.consumer.earliest_offsets(*unknown)
+                starts = await self.app.consumer.earliest_offsets(*missing)
             except Exception:  # asked again at the next check
                 starts = {}
             for tp, offset in starts.items():
                 if offset is not None:
-                    out[(tp.topic, tp.partition)] = self._log_start[(tp.topic, tp.partition)] = int(
-                        offset
-                    )
+                    self._log_start[(tp.topic, tp.partition)] = int(offset)
+        from_start = self.app.conf.consumer_auto_offset_reset == "earliest"
+        out: dict[Partition, int] = {}
+        for key in wanted:
+            committed = self._at_first[key] if key in self._at_first else self._committed(key)
+            start = self._log_start.get(key)
+            if committed is not None:
+                out[key] = committed if start is None else max(committed, start)
+            elif start is not None and from_start:
+                out[key] = start
         return out
 
-    def _committed(self, tp: Any) -> int | None:
-        """The committed offset faust knows (None for nothing committed, and for 0)."""
+    def _committed(self, tp: Partition) -> int | None:
+        """The committed offset faust knows (None for nothing committed, and for 0);
+        ``tp`` a faust TP or the same (topic, partition) tuple."""
         offsets = getattr(self.app.consumer, "_committed_offset", None)
         if offsets is None:
             self._warn("committed", "cannot see faust's committed offsets for %s (internals?)")
@@ -154,6 +162,7 @@ class StallGuard:
     async def _reassigned(self, sender: Any, *_: Any, **__: Any) -> None:
         self.watch.reassigned()
         self._log_start.clear()
+        self._at_first.clear()
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:

@@ -9,6 +9,9 @@ import logging
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.kit.stalls import Rewind, StallWatch
 
@@ -26,16 +29,18 @@ def test_a_partition_read_past_with_nothing_handed_is_read_again_from_where_it_r
 
 def test_the_agent_s_last_offset_wins_over_where_reading_resumed() -> None:
     watch = StallWatch(wait_s=1.0)
-    watch.handed(P, 9)
+    for offset in range(10):
+        watch.handed(P, offset)
     watch.check(0.0, {P: 30}, {P: 0}, QUIET)
-    assert watch.check(2.0, {P: 30}, {P: 0}, QUIET) == [Rewind(P, 10, 30, 2.0)]
+    assert watch.check(2.0, {P: 30}, {}, QUIET) == [Rewind(P, 10, 30, 2.0)]
 
 
 def test_no_gap_means_nothing_to_do() -> None:
     watch = StallWatch(wait_s=1.0)
-    watch.handed(P, 43)
+    for offset in range(44):
+        watch.handed(P, offset)
     for t in range(5):
-        assert watch.check(float(t), {P: 44}, {}, QUIET) == []
+        assert watch.check(float(t), {P: 44}, {P: 0}, QUIET) == []
     # nothing handed since the assignment and the consumer where reading resumed
     watch.reassigned()
     for t in range(5):
@@ -43,6 +48,7 @@ def test_no_gap_means_nothing_to_do() -> None:
     # nothing known of where reading resumed: left alone
     for t in range(5):
         assert watch.check(float(t), {P: 44}, {}, QUIET) == []
+    assert watch.rewinds == 0
 
 
 def test_records_still_queued_or_progress_on_the_partition_are_not_a_stall() -> None:
@@ -50,10 +56,38 @@ def test_records_still_queued_or_progress_on_the_partition_are_not_a_stall() -> 
     busy = {"t.ops": False}
     watch.check(0.0, {P: 44}, {P: 0}, busy)
     assert watch.check(10.0, {P: 44}, {P: 0}, busy) == []  # the agent's queue holds records
-    watch.handed(P, 3)  # progress: the wait starts again
+    for offset in range(4):  # progress: the wait starts again
+        watch.handed(P, offset)
     assert watch.check(10.5, {P: 44}, {P: 0}, QUIET) == []
-    assert watch.check(11.0, {P: 44}, {P: 0}, QUIET) == []
-    assert watch.check(11.5, {P: 44}, {P: 0}, QUIET) == [Rewind(P, 4, 44, 1.0)]
+    assert watch.check(11.0, {P: 44}, {}, QUIET) == []
+    assert watch.check(11.5, {P: 44}, {}, QUIET) == [Rewind(P, 4, 44, 1.0)]
+
+
+def test_a_skipped_record_is_read_again_at_once() -> None:
+    watch = StallWatch(wait_s=60.0)
+    watch.handed(P, 0)
+    watch.handed(P, 1)
+    watch.handed(P, 7)  # 2-6 never came
+    watch.handed(P, 8)
+    assert watch.check(0.0, {P: 9}, {P: 0}, {"t.ops": False}) == []  # queued: wait
+    assert watch.check(0.5, {P: 9}, {}, QUIET) == [Rewind(P, 2, 9, 0.0)]
+    for offset in range(2, 9):  # read again: 2 comes, and what follows it
+        watch.handed(P, offset)
+    assert watch.check(1.0, {P: 9}, {}, QUIET) == []
+
+
+def test_a_first_record_past_where_reading_resumed_means_the_ones_before_were_skipped() -> None:
+    watch = StallWatch(wait_s=60.0)
+    watch.handed(P, 44)  # reading resumed at 0 (nothing committed): 0-43 were dropped
+    assert watch.check(0.0, {P: 45}, {P: 0}, QUIET) == [Rewind(P, 0, 45, 0.0)]
+    watch.reassigned()
+    watch.handed(P, 20)  # resumed at the committed offset 20: as it should
+    assert watch.check(0.0, {P: 21}, {P: 20}, QUIET) == []
+    watch.reassigned()
+    watch.handed(P, 44)  # where it resumed is not known yet: judged when it is
+    assert watch.check(0.0, {P: 45}, {}, QUIET) == []
+    assert watch.check(1.0, {P: 45}, {P: 44}, QUIET) == []
+    assert watch.rewinds == 1
 
 
 def test_a_gap_that_comes_back_at_the_same_offset_is_reported_once_and_left_alone() -> None:
@@ -65,18 +99,54 @@ def test_a_gap_that_comes_back_at_the_same_offset_is_reported_once_and_left_alon
     for t in range(4, 20):
         assert watch.check(float(t), {P: 44}, {P: 0}, QUIET) == []
     assert (watch.rewinds, watch.stuck) == (1, 1)
-    watch.handed(P, 0)  # the agent got one after all: watched again
-    watch.check(20.0, {P: 44}, {}, QUIET)
+    watch.handed(P, 0)  # the record read again came after all: watched again
+    watch.check(20.0, {P: 44}, {P: 0}, QUIET)
     assert watch.check(21.0, {P: 44}, {}, QUIET) == [Rewind(P, 1, 44, 1.0)]
+
+
+def test_a_hole_that_comes_back_is_reported_once() -> None:
+    watch = StallWatch(wait_s=60.0)
+    watch.handed(P, 0)
+    watch.handed(P, 5)
+    assert [r.stuck for r in watch.check(0.0, {P: 6}, {}, QUIET)] == [False]
+    watch.handed(P, 5)  # read again from 1, and 1-4 still do not come
+    assert [r.stuck for r in watch.check(1.0, {P: 6}, {}, QUIET)] == [True]
+    watch.handed(P, 5)
+    assert watch.check(2.0, {P: 6}, {}, QUIET) == []
+    assert (watch.rewinds, watch.stuck) == (1, 1)
 
 
 def test_a_reassignment_forgets_what_the_agent_got() -> None:
     watch = StallWatch(wait_s=1.0)
     watch.handed(P, 40)
-    watch.check(0.0, {P: 44}, {}, QUIET)
     watch.reassigned()
-    assert watch.expects(P) is None
+    assert watch.wants_resumed(P)
     assert watch.check(5.0, {P: 44}, {P: 44}, QUIET) == []  # resumed at the committed offset
+    assert watch.check(7.0, {P: 44}, {P: 44}, QUIET) == []
+
+
+@given(
+    start=st.integers(0, 1000),
+    chunks=st.lists(st.integers(0, 20), max_size=30),
+    skip=st.integers(1, 50),
+)
+def test_records_in_order_never_cause_a_read_again_and_a_skip_always_does(
+    start: int, chunks: list[int], skip: int
+) -> None:
+    """The agent gets the records from where reading resumed, in order, a few between
+    checks (the consumer's position a little ahead): nothing to do. Skip some, and the
+    next quiet check reads again from the first skipped."""
+    watch = StallWatch(wait_s=1.0)
+    offset, now = start, 0.0
+    for n in chunks:
+        for _ in range(n):
+            watch.handed(P, offset)
+            offset += 1
+        now += 0.3
+        assert watch.check(now, {P: offset}, {P: start}, QUIET) == []
+    watch.handed(P, offset + skip)
+    found = watch.check(now + 0.3, {P: offset + skip + 1}, {P: start}, QUIET)
+    assert [(r.offset, r.stuck) for r in found] == [(offset, False)]
 
 
 class TP(NamedTuple):
@@ -92,13 +162,14 @@ class FakeConsumer:
         self._committed_offset = committed
         self.seeks: list[tuple[TP, int]] = []
         self.starts = 0
+        self.earliest = 0
 
     async def position(self, tp: TP) -> int:
         return self.positions[tp]
 
     async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
         self.starts += 1
-        return {tp: 0 for tp in tps}
+        return {tp: self.earliest for tp in tps}
 
     async def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp, offset))
@@ -133,6 +204,16 @@ def run_checks(guard: StallGuard, assigned: list[TP], times: int) -> list[Rewind
     return asyncio.run(go())
 
 
+def test_the_guard_resumes_no_earlier_than_the_log_start_and_asks_for_it_once() -> None:
+    tp = TP("t.ops", 1)
+    consumer = FakeConsumer({tp: 31}, {tp: 20})
+    consumer.earliest = 30  # retention removed 20-29: reading resumed at 30
+    guard = StallGuard(fake_app(consumer), ["t.ops"], logging.getLogger("test"), wait_s=0.0)
+    guard.handed(SimpleNamespace(topic="t.ops", partition=1, offset=30))
+    assert run_checks(guard, [tp], 3) == []  # the first record after 30 was 30
+    assert consumer.starts == 1
+
+
 def test_the_guard_seeks_an_uncommitted_partition_back_to_the_log_start() -> None:
     stalled, fine, other = TP("t.ops", 2), TP("t.ops", 0), TP("t-__assignor-__leader", 0)
     consumer = FakeConsumer({stalled: 44, fine: 44, other: 3}, {stalled: None, fine: 44})
@@ -162,7 +243,8 @@ def test_the_guard_forgets_at_each_assignment() -> None:
     consumer = FakeConsumer({tp: 44}, {tp: 20})
     app = fake_app(consumer)
     guard = StallGuard(app, ["t.ops"], logging.getLogger("test"), wait_s=0.0)
-    guard.handed(SimpleNamespace(topic="t.ops", partition=1, offset=43))
+    for offset in range(20, 44):
+        guard.handed(SimpleNamespace(topic="t.ops", partition=1, offset=offset))
     assert run_checks(guard, [tp], 2) == []
     for receiver in app.on_partitions_assigned.receivers:
         asyncio.run(receiver(app, {tp}))
