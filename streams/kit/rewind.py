@@ -12,6 +12,7 @@ queue counts as empty.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
@@ -20,6 +21,9 @@ from typing import Any
 import faust
 
 from rankwatch.streams.kit.stalls import Partition, Rewind, StallWatch
+
+LOG_START_TIMEOUT_S = 2.0
+"""How long a check waits for the log's start of newly assigned partitions."""
 
 
 class StallGuard:
@@ -127,9 +131,11 @@ class StallGuard:
         wanted = [k for k, at in positions.items() if at > 0 and self.watch.wants_resumed(k)]
         missing = [tps[k] for k in wanted if k not in self._log_start]
         if missing:
-            try:
-                starts = await self.app.consumer.earliest_offsets(*missing)
-            except Exception:  # asked again at the next check
+            try:  # a request to the broker: bounded, the tick must not wait on it
+                starts = await asyncio.wait_for(
+                    self.app.consumer.earliest_offsets(*missing), LOG_START_TIMEOUT_S
+                )
+            except Exception:  # broker away or slow: asked again at the next check
                 starts = {}
             for tp, offset in starts.items():
                 if offset is not None:
