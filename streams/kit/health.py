@@ -93,11 +93,12 @@ class StatusReporter:
 
     async def __call__(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         assigned = _assignment(self.app)
+        positions = await consumer_positions(self.app, assigned)
         if self.guard is not None:
-            await self.guard.check(assigned)
+            await self.guard.check(positions)
             snapshot.update(self.guard.counters())
         snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
-        snapshot["lag"] = await _lag(self.app, assigned)
+        snapshot["lag"] = _lag(self.app, positions)
         snapshot["problems"] = health_problems(snapshot)
         self._log(snapshot)
         if self.status_file:
@@ -113,18 +114,31 @@ class StatusReporter:
             self.log.log(level, "counters %s", orjson.dumps(snapshot).decode())
 
 
-async def _lag(app: faust.App, assigned: set[Any]) -> dict[str, int]:
-    """Per assigned partition, records between the consumer's position and the end of
-    the log (0: caught up). A partition whose position is not known yet is left out."""
+async def consumer_positions(app: faust.App, assigned: set[Any]) -> dict[Any, int]:
+    """The consumer's position on each assigned partition (faust TP -> offset of the
+    next record it returns); a partition whose position is not known yet is left out."""
     out = {}
     for tp in assigned:
         try:
             position = await app.consumer.position(tp)
+        except Exception:  # not fetched yet, or the consumer is being rebuilt
+            continue
+        if position is not None:
+            out[tp] = int(position)
+    return out
+
+
+def _lag(app: faust.App, positions: dict[Any, int]) -> dict[str, int]:
+    """Per partition, records between the consumer's position and the end of the log
+    (0: caught up)."""
+    out = {}
+    for tp, position in positions.items():
+        try:
             highwater = app.consumer.highwater(tp)
         except Exception:  # not fetched yet, or the consumer is being rebuilt
             continue
-        if position is not None and highwater is not None:
-            out[f"{tp.topic}:{tp.partition}"] = max(0, int(highwater) - int(position))
+        if highwater is not None:
+            out[f"{tp.topic}:{tp.partition}"] = max(0, int(highwater) - position)
     return out
 
 

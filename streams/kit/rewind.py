@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import faust
@@ -67,16 +67,17 @@ class StallGuard:
     def counters(self) -> dict[str, int]:
         return {"partitions_read_again": self.watch.rewinds, "partitions_stuck": self.watch.stuck}
 
-    async def check(self, assigned: Iterable[Any]) -> list[Rewind]:
-        """Check the watched partitions among ``assigned`` (faust TPs); read again those
-        faust read past. Nothing while the group rebalances (faust seeks then itself)."""
+    async def check(self, positions: Mapping[Any, int]) -> list[Rewind]:
+        """Check the watched partitions among those in ``positions`` (faust TP -> the
+        consumer's position); read again those faust read past. Nothing while the group
+        rebalances (faust seeks then itself)."""
         if self.app.rebalancing:
             return []
-        tps = {(tp.topic, tp.partition): tp for tp in assigned if tp.topic in self.topics}
-        positions = await self._positions(tps)
-        resumed = await self._resumed(tps, positions)
+        tps = {(tp.topic, tp.partition): tp for tp in positions if tp.topic in self.topics}
+        at = {key: positions[tp] for key, tp in tps.items()}
+        resumed = await self._resumed(tps, at)
         quiet = {topic: self._quiet(topic) for topic in self.topics}
-        found = self.watch.check(time.monotonic(), positions, resumed, quiet)
+        found = self.watch.check(time.monotonic(), at, resumed, quiet)
         for rewind in found:
             await self._act(tps[rewind.partition], rewind)
         return found
@@ -109,17 +110,6 @@ class StallGuard:
             await self.app.consumer.seek(tp, rewind.offset)
         except Exception as exc:  # the consumer is being rebuilt: the next check retries
             self.log.warning("%s: cannot seek (%s)", where, exc)
-
-    async def _positions(self, tps: dict[Partition, Any]) -> dict[Partition, int]:
-        out = {}
-        for key, tp in tps.items():
-            try:
-                position = await self.app.consumer.position(tp)
-            except Exception:  # not fetched yet, or the consumer is being rebuilt
-                continue
-            if position is not None:
-                out[key] = int(position)
-        return out
 
     async def _resumed(
         self, tps: dict[Partition, Any], positions: dict[Partition, int]

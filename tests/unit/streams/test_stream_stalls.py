@@ -195,10 +195,12 @@ def fake_app(consumer: FakeConsumer, reset: str = "earliest") -> Any:
 
 
 def run_checks(guard: StallGuard, assigned: list[TP], times: int) -> list[Rewind]:
+    consumer = guard.app.consumer
+
     async def go() -> list[Rewind]:
         found = []
         for _ in range(times):
-            found += await guard.check(assigned)
+            found += await guard.check({tp: consumer.positions[tp] for tp in assigned})
         return found
 
     return asyncio.run(go())
