@@ -146,7 +146,9 @@ class StallGuard:
         ``tp`` a faust TP or the same (topic, partition) tuple."""
         offsets = getattr(self.app.consumer, "_committed_offset", None)
         if offsets is None:
-            self._warn("committed", "cannot see faust's committed offsets for %s (internals?)")
+            self._warn(
+                "committed", "cannot see faust's committed offsets for %s (internals changed?)"
+            )
             return None
         value = offsets.get(tp)
         return int(value) if value else None
