@@ -1,22 +1,27 @@
-"""Partitions the consumer read past while the agent got nothing: found, to be read again.
+"""Records the consumer took and the agent never got: found, and their partition read again.
 
 faust-streaming 0.15.3 can take records off aiokafka and never hand them to the agent.
 The case met in the tests: while a rebalance's recovery seeks the stream partitions to
 their committed offsets, a fetch already under way returns records, faust sees its flow
 stopped and "seeks back to committed offsets", and aiokafka skips the seek for a
 partition with nothing committed yet; the records are gone from the stream and the
-consumer's position stays past them (docs/running.md, "A partition read past").
-Nothing is lost for good (the committed offset stays before them), but the worker is
-blind to that partition until the next rebalance: a job's steps wait, the group's lag
-shows 0.
+consumer's position stays past them (docs/running.md, "A partition read past"). The
+worker is blind to that partition until the next rebalance; and once later records come
+and are acknowledged, faust commits past the lost ones.
 
-The check is the one a person would make: the consumer's position on a partition is
-past the offset after the last record the agent got from it, the agent has nothing
-queued, and it stayed so for ``wait_s``. The partition is then read again from that
-offset (records already seen come again only if the check was wrong: the worker
-deduplicates them). A partition read again that comes back to the same gap is not read
-again a second time (something else is wrong there): it is reported once, and left
-alone until the agent gets a record of it or the assignment changes.
+Two checks, the ones a person would make, per partition:
+
+- a hole: the agent got a record past the one it expected (offsets of the input topics
+  have no holes of their own), or its first record since the assignment is past where
+  reading resumed. Read again from the first missing offset once the agent's queue is
+  empty (what was queued before the seek would look like a hole again);
+- a gap: the consumer's position is past the offset after the last record the agent got,
+  with the agent's queue empty, for ``wait_s``. Read again from that offset.
+
+Records already seen come again only if a check was wrong: the workers drop repeats. A
+partition read again that comes back to the same missing offset is not read again a
+second time (something else is wrong there): it is reported once, and left alone until
+the agent gets that record or the assignment changes.
 
 Pure: the shell gives positions, where reading resumed after the last assignment, and
 whether each topic's queue is empty; no clock, no I/O.
