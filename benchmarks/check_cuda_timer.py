@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from rankwatch.hooks.cuda import CudaTimer
+from rankwatch.hooks.cuda import CudaTimer, stream_lookup
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import encode_ops
 from rankwatch.hooks.tracker import RankWatch
@@ -99,7 +99,9 @@ def main() -> int:
     batch = decode_ops(encode_ops(ident, records, batch_seq=0, sent_ns=time.time_ns()))
     checks["the records encode and decode"] = len(batch) == len(records)
 
+    checks["the timer records on the current stream"] = _records_on_current_stream(timer)
     report["host_us_per_op"] = _host_cost_per_op(rw, timer)
+    report["host_us_per_call"] = _primitive_costs(rw, timer)
     report["anchor_drift_us"] = _drift_us(timer)
     report["checks"] = checks
     print(json.dumps(report, indent=2))
@@ -108,11 +110,15 @@ def main() -> int:
 
 def _host_cost_per_op(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[str, float]:
     """Training-thread µs per tiny op launched bare, inside ``timer.op`` with completed
-    events reused, and with new events every op; steps of 100 ops, each followed by the
-    timer's ``collect`` (the step end's, counted too). Median of 5 rounds of ``n``, the
-    kinds in turn: the differences are what the timer costs a step."""
+    events reused, with new events every op, and with events that look the current
+    stream up themselves (``Event.record()``, as before ``stream_lookup``); steps of 100
+    ops, each followed by the timer's ``collect`` (the step end's, counted too). Median of
+    5 rounds of ``n``, the kinds in turn: the differences are what the timer costs a
+    step."""
     x = torch.zeros(16, device="cuda")
-    rounds: dict[str, list[float]] = {"bare": [], "timed": [], "timed, new events": []}
+    lookup = timer._stream
+    kinds = ("bare", "timed", "timed, new events", "timed, Event.record()")
+    rounds: dict[str, list[float]] = {kind: [] for kind in kinds}
 
     def steps(kind: str, ops: int) -> None:
         for first in range(0, ops, 100):
@@ -128,6 +134,7 @@ def _host_cost_per_op(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[st
     for _ in range(5):
         for kind, times in rounds.items():
             timer.MAX_FREE_EVENTS = 0 if kind == "timed, new events" else CudaTimer.MAX_FREE_EVENTS
+            timer._stream = None if kind == "timed, Event.record()" else lookup
             timer._free.clear()
             steps(kind, 200)  # warm: completed events in the pool, where reused
             torch.cuda.synchronize()
@@ -138,7 +145,59 @@ def _host_cost_per_op(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[st
             torch.cuda.synchronize()
             timer.collect()
             rw.buffer.take()
+    timer._stream = lookup
     return {kind: round(statistics.median(v), 2) for kind, v in rounds.items()}
+
+
+def _records_on_current_stream(timer: CudaTimer) -> bool:
+    """The stream the timer's events go to is torch's current one, on the default stream
+    and inside ``torch.cuda.stream(side)``, before, during and after the switch."""
+    assert timer._stream is not None
+    side = torch.cuda.Stream()
+    seen = [timer._stream() == torch.cuda.current_stream()]
+    with torch.cuda.stream(side):
+        seen.append(timer._stream() == side == torch.cuda.current_stream())
+    seen.append(timer._stream() == torch.cuda.current_stream() != side)
+    return all(seen)
+
+
+def _primitive_costs(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[str, float]:
+    """Training-thread µs of each call a timed op makes, on its own (median of 5 rounds
+    of ``n`` calls): where the timer's cost per op goes, and what no timer built on
+    torch's events can go under."""
+    x = torch.zeros(16, device="cuda")
+    done = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    for event in done:
+        event.record()
+    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    lookup = stream_lookup(torch.cuda)
+    assert lookup is not None
+    calls: dict[str, Any] = {
+        "stream_lookup()": lookup,
+        "Event.record(stream_lookup())": lambda: done[0].record(lookup()),
+        "launch x.add_": lambda: x.add_(1.0),
+        "Event.record()": done[0].record,
+        "Event.record(stream)": lambda: done[0].record(stream),
+        "torch.cuda.current_stream()": torch.cuda.current_stream,
+        "new Event": lambda: torch.cuda.Event(enable_timing=True),
+        "Event.query() done": done[1].query,
+        "Event.elapsed_time": lambda: done[0].elapsed_time(done[1]),
+        "clock.read()": rw.clock.read,
+        "rw.next_seq": lambda: rw.next_seq("optimizer"),
+        "rw.emit": lambda: rw.emit("optimizer", 0, 1, 2),
+    }
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(5):
+        for name, call in calls.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                call()
+            out[name].append((time.perf_counter() - t0) / n * 1e6)
+            torch.cuda.synchronize()
+            rw.buffer.take()
+    return {name: round(statistics.median(v), 2) for name, v in out.items()}
 
 
 def _drift_us(timer: CudaTimer) -> float:

@@ -15,13 +15,16 @@ make it jump (docs/detection.md, section 3).
 torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``
 and ``synchronize``). CI has no GPU, so the unit tests drive it with stand-in events;
 ``benchmarks/check_cuda_timer.py`` checks it on a real one (durations against torch's
-own events, anchoring against host clock readings, ``collect`` not waiting), run on an
-NVIDIA H200 on 2026-11-26 (``benchmarks/README.md``, "Hooks").
+own events, anchoring against host clock readings, ``collect`` not waiting, the current
+stream followed), run on an NVIDIA H200 and an H100 on 2026-11-26 (``benchmarks/README.md``,
+"Hooks").
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -41,7 +44,8 @@ class _GpuOp:
         t = self.timer
         launch = t.rw.clock.read()  # CPU side: the op is issued now
         start = t._event()
-        start.record()
+        stream = t._stream
+        start.record() if stream is None else start.record(stream())
         t._open.append((self, t.rw.step, t.rw.next_seq(self.optype), start, launch))
 
     def __exit__(
@@ -49,7 +53,8 @@ class _GpuOp:
     ) -> None:
         t = self.timer
         end = t._event()
-        end.record()
+        stream = t._stream
+        end.record() if stream is None else end.record(stream())
         op, step, seq, start, launch = t._open.pop()
         t.pending.append((op, step, seq, start, end, launch))
 
@@ -60,9 +65,18 @@ class CudaTimer:
     3-8 µs more than two reused ones (an H200 with torch 2.11: 34-50 µs per timed op
     reused, 38-58 new, 7-10 for the bare launch; ``benchmarks/README.md``, "Hooks")."""
 
-    def __init__(self, rw: RankWatch, cuda: Any, anchor_every_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        rw: RankWatch,
+        cuda: Any,
+        anchor_every_s: float = 60.0,
+        current_stream: Callable[[], Any] | None = None,
+    ) -> None:
+        """``current_stream``: what each event is recorded on (default: torch's current
+        stream through :func:`stream_lookup`; None there: ``Event.record()`` finds it)."""
         self.rw = rw
         self.cuda = cuda
+        self._stream = current_stream or stream_lookup(cuda)
         self._free: list[Any] = []
         self.anchor_every_ns = int(anchor_every_s * 1e9)
         self.pending: deque[tuple[_GpuOp, int, int, Any, Any, int]] = deque()
@@ -115,3 +129,32 @@ class CudaTimer:
         if not self.pending and self.rw.clock.read() - self._anchor_raw > self.anchor_every_ns:
             self.anchor()
         return len(self.pending)
+
+
+def stream_lookup(cuda: Any, keep: int = 64) -> Callable[[], Any] | None:
+    """The current stream, cheaply, or None where torch's C functions are not there.
+
+    ``Event.record()`` with no stream calls ``torch.cuda.current_stream()``, which builds
+    a new Stream object each time: 4.2-7.5 of the 6.2-10.2 µs a record costs the
+    training thread (an H100 with torch 2.11; ``benchmarks/README.md``, "Hooks"). The
+    current device's raw stream handle is a plain C call; its Stream object is made once
+    and kept (at most ``keep`` of them: a job uses a few streams)."""
+    torch_c = getattr(sys.modules.get("torch"), "_C", None)
+    device = getattr(torch_c, "_cuda_getDevice", None)
+    raw = getattr(torch_c, "_cuda_getCurrentRawStream", None)
+    current = getattr(cuda, "current_stream", None)
+    if device is None or raw is None or current is None:
+        return None
+    known: dict[tuple[int, int], Any] = {}
+
+    def lookup() -> Any:
+        index = device()
+        key = (index, raw(index))
+        stream = known.get(key)
+        if stream is None:
+            if len(known) >= keep:
+                known.clear()
+            stream = known[key] = current(index)
+        return stream
+
+    return lookup

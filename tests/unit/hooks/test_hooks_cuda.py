@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import sys
+import types
 from typing import Any
 
 from rankwatch.hooks.clock import Clock
-from rankwatch.hooks.cuda import CudaTimer
+from rankwatch.hooks.cuda import CudaTimer, stream_lookup
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.transports import SinkTransport
@@ -137,3 +139,69 @@ def test_completed_events_are_recorded_again_not_made_anew() -> None:
     starts = [r[6] - rw.clock.shift_ns - timer._anchor_raw for r in recs]
     assert starts == [2_000_000, 6_000_000, 10_000_000]
     assert [r[7] for r in recs] == [2_000_000] * 3
+
+
+class FakeTorchC:
+    """torch._C's two stream calls: which device is current, and its raw stream."""
+
+    def __init__(self) -> None:
+        self.device, self.raw = 0, {0: 111, 1: 222}
+
+    def _cuda_getDevice(self) -> int:
+        return self.device
+
+    def _cuda_getCurrentRawStream(self, index: int) -> int:
+        return self.raw[index]
+
+
+def test_stream_lookup_follows_the_current_stream_and_makes_each_stream_once(
+    monkeypatch: Any,
+) -> None:
+    torch_c = FakeTorchC()
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(_C=torch_c))
+    made: list[int] = []
+
+    class Cuda:
+        @staticmethod
+        def current_stream(index: int) -> tuple[int, int]:
+            made.append(index)
+            return (index, torch_c.raw[index])
+
+    lookup = stream_lookup(Cuda, keep=2)
+    assert lookup is not None
+    assert [lookup(), lookup()] == [(0, 111), (0, 111)] and made == [0]
+    torch_c.raw[0] = 333  # inside torch.cuda.stream(side)
+    assert lookup() == (0, 333)
+    torch_c.device = 1
+    assert lookup() == (1, 222) and made == [0, 0, 1]  # a third stream: the two forgotten
+    torch_c.device, torch_c.raw[0] = 0, 111
+    assert lookup() == (0, 111) and made == [0, 0, 1, 0]
+
+
+def test_events_are_recorded_on_the_looked_up_stream_or_find_it_themselves() -> None:
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
+        SinkTransport(lambda k, v: None),
+        start=False,
+    )
+    streams: list[Any] = []
+
+    class Cuda(FakeCuda):
+        def __init__(self) -> None:
+            super().__init__()
+            plain = self.Event
+
+            class Event(plain):  # type: ignore[misc,valid-type]
+                def record(self, stream: Any = None) -> None:
+                    streams.append(stream)
+                    super().record()
+
+            self.Event = Event
+
+    assert stream_lookup(FakeCuda()) is None  # no current_stream: events find it
+    with CudaTimer(rw, Cuda(), current_stream=lambda: "side").op("optimizer"):
+        pass
+    with CudaTimer(rw, Cuda()).op("optimizer"):
+        pass
+    # each timer's anchor first (always Event.record()), then its op's two events
+    assert streams == [None, "side", "side", None, None, None]
