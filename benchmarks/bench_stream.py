@@ -10,7 +10,9 @@ Cases:
   ratio against ``rankwatch.sim.analyse`` of the same trace offline.
 - ``shell``: ``--copies`` copies through the ops worker's state in-process, into chDB,
   storing as the worker does, without Kafka and faust: set against ``kafka-Nx`` (the
-  same records), what the consumer costs per core.
+  same records), what the consumer costs per core; and where a record's time goes
+  (``parts_us_per_record``: decoding, the rest of taking a message in, of which the
+  what-if of the steps it closed, storing and handing over, the 1-s ticks; wall µs).
 - ``kafka-1x`` / ``kafka-Nx``: the trace (and N copies back to back, as one longer
   job) published to a one-partition topic first, then one ``rankwatch worker``
   subprocess pinned to one core (``taskset``) drains it into chDB: records/s from the
@@ -159,29 +161,38 @@ def shell(batches: list[ReplayedBatch], work: Path, repeat: int = 3) -> dict[str
 
     encoded = _encoded(batches)
     records = sum(len(b.batch) for b in batches)
-    rates, cpu_rates = [], []
+    rates, cpu_rates, parts = [], [], []
     for run in range(repeat):
         state = WorkerState(WorkerSettings(bootstrap="-", dsn=f"chdb://{work / f'shell{run}'}"))
         state.delivery.store()  # connected and migrated before the clock starts
+        spent = dict.fromkeys(("decode", "take in", "of which what-if", "store", "ticks"), 0.0)
+        _time_analyses(state.pipeline.analyser, spent)
         t0, c0 = time.perf_counter(), time.process_time()
         tick_at = time.monotonic() + state.settings.tick_s
         produced = time.time_ns()  # all of it at once, as kafka-Nx sends it before the drain
+        lap = _Laps(spent)
         for offset, (key, value) in enumerate(encoded):
+            lap(None)
             members = state.decode(value)
             batch = first_batch(members)
+            lap("decode")
             if state.needs_restore(batch, key):
                 assert batch is not None and state.restore(batch)
             state.on_message(offset, value, Source("ops", 0, offset, key, produced), members)
+            lap("take in")
             ticked = time.monotonic() >= tick_at
             if ticked:
                 state.on_tick()
                 tick_at = time.monotonic() + state.settings.tick_s
+            lap("ticks")
             if ticked or state.full or state.settle_in() == 0:
                 _settle(state)
+                lap("store")
         state.on_tick()
         _settle(state)
         rates.append(records / (time.perf_counter() - t0))
         cpu_rates.append(records / (time.process_time() - c0))
+        parts.append({name: 1e6 * s / records for name, s in spent.items()})
         state.delivery.sink.store.close()  # type: ignore[union-attr]  # one chDB path a process
     return {
         "records": records,
@@ -189,7 +200,38 @@ def shell(batches: list[ReplayedBatch], work: Path, repeat: int = 3) -> dict[str
         "records_per_s": statistics.median(rates),
         "cpu_records_per_s": statistics.median(cpu_rates),
         "cpu_records_per_s_runs": [round(r) for r in cpu_rates],
+        "parts_us_per_record": {
+            name: round(statistics.median(p[name] for p in parts), 3) for name in parts[0]
+        },
     }
+
+
+class _Laps:
+    """``lap(name)`` adds the wall time since the last lap to ``spent[name]`` (None: to
+    nothing)."""
+
+    def __init__(self, spent: dict[str, float]) -> None:
+        self.spent, self.last = spent, time.perf_counter()
+
+    def __call__(self, name: str | None) -> None:
+        now = time.perf_counter()
+        if name is not None:
+            self.spent[name] += now - self.last
+        self.last = now
+
+
+def _time_analyses(analyser: Any, spent: dict[str, float]) -> None:
+    """Add the wall time of each step's what-if to ``spent`` (this instance only)."""
+    analyse = analyser.analyse
+
+    def timed(step: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return analyse(step)
+        finally:
+            spent["of which what-if"] += time.perf_counter() - t
+
+    analyser.analyse = timed
 
 
 def _settle(state: Any) -> None:

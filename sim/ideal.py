@@ -92,7 +92,20 @@ class RollingIdeal:
         medians = np.array([s.median for s in self.recent])
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = total / count
-        present = ~np.isnan(medians).all(axis=0)
-        median = np.full(len(OPTYPES), np.nan)
-        median[present] = np.nanmedian(medians[:, present], axis=0)
-        return IdealCosts(by_optype=np.where(_MEAN, mean, median))
+        return IdealCosts(by_optype=np.where(_MEAN, mean, nanmedian_columns(medians)))
+
+
+def nanmedian_columns(values: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(values, axis=0)``, NaN for an all-NaN column (without a warning).
+
+    The same numbers (the middle value, or the mean of the two middle ones, of each
+    column's values that are not NaN) at a tenth of the cost: numpy's own goes through
+    masked arrays for small inputs, about 0.1 ms for a window of 20 steps, once per live
+    step and job."""
+    ordered = np.sort(values, axis=0)  # NaN sorts last
+    count = (~np.isnan(ordered)).sum(axis=0)
+    out = np.full(values.shape[1], np.nan)
+    some = np.flatnonzero(count)
+    low, high = (count[some] - 1) // 2, count[some] // 2
+    out[some] = (ordered[low, some] + ordered[high, some]) / 2
+    return out

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from rankwatch.sim import (
     ModelError,
@@ -16,6 +21,7 @@ from rankwatch.sim import (
     infer_graph,
     measure_trace,
 )
+from rankwatch.sim.ideal import nanmedian_columns
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 
 CFG = GenConfig(dp=3, pp=4, microbatches=8, steps=5, noise=0.05, stragglers=(Straggler(1, 2, 1.5),))
@@ -109,3 +115,20 @@ def test_a_reused_workspace_changes_nothing_but_time(job) -> None:
         fresh = analyse_step(graph, one, ideal).to_json()
         assert analyse_step(graph, one, ideal, workspace).to_json() == fresh
     assert workspace.nbytes > 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hnp.arrays(
+        np.float64,
+        hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=24),
+        elements=st.one_of(st.just(np.nan), st.floats(0, 1e6, allow_nan=False)),
+    )
+)
+def test_nanmedian_columns_equals_numpys_nanmedian(values: np.ndarray) -> None:
+    """The window's median (``RollingIdeal.ideal``) is numpy's, bit for bit, NaN for a
+    column without a value."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns on all-NaN columns
+        expected = np.nanmedian(values, axis=0)
+    np.testing.assert_array_equal(nanmedian_columns(values), expected)
