@@ -13,6 +13,7 @@ memory per step and equals the exact median when the window holds one step.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -55,8 +56,25 @@ def summarise(graph: OpGraph, measured: Measured) -> StepSummary:
         values = np.maximum(measured.exact_cost_NSD[graph.optype == code], 0.0)
         count[code] = values.size
         total[code] = values.sum()
-        median[code] = np.median(values)
+        median[code] = median_in_place(values.reshape(-1))
     return StepSummary(count=count, total=total, median=median)
+
+
+def median_in_place(values: np.ndarray) -> float:
+    """``np.median(values)`` of a 1-D float array, which it reorders (a partition).
+
+    The same number (NaN if one is NaN; the middle value, or the mean of the two middle
+    ones) without numpy's generic reduction around it: a live step summarises each of
+    its op types, and numpy's own cost 25 µs each, most of it not the partition."""
+    n = values.size
+    if n == 0 or np.isnan(values).any():
+        return math.nan
+    half = n // 2
+    if n % 2:
+        values.partition(half)
+        return float(values[half])
+    values.partition((half - 1, half))
+    return float((values[half - 1] + values[half]) / 2)
 
 
 def ideal_costs(graph: OpGraph, measured: Measured) -> IdealCosts:

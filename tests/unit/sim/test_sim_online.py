@@ -21,7 +21,7 @@ from rankwatch.sim import (
     infer_graph,
     measure_trace,
 )
-from rankwatch.sim.ideal import nanmedian_columns
+from rankwatch.sim.ideal import median_in_place, nanmedian_columns
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 
 CFG = GenConfig(dp=3, pp=4, microbatches=8, steps=5, noise=0.05, stragglers=(Straggler(1, 2, 1.5),))
@@ -132,3 +132,18 @@ def test_nanmedian_columns_equals_numpys_nanmedian(values: np.ndarray) -> None:
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns on all-NaN columns
         expected = np.nanmedian(values, axis=0)
     np.testing.assert_array_equal(nanmedian_columns(values), expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    hnp.arrays(np.float64, st.integers(1, 200), elements=st.floats(0, 1e6)),
+    st.one_of(st.none(), st.integers(0, 199)),
+)
+def test_median_in_place_equals_numpys_median(values: np.ndarray, nan_at: int | None) -> None:
+    """The summaries' medians are numpy's, bit for bit (NaN if a value is NaN)."""
+    if nan_at is not None:
+        values[nan_at % values.size] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = np.median(values)
+    np.testing.assert_array_equal(median_in_place(values.copy()), expected)
