@@ -2,11 +2,16 @@
 
 The training thread only records two events per op (asynchronous, no sync);
 :meth:`CudaTimer.collect` (a collector of the ``RankWatch``: called at each step end,
-never blocking) turns the events that
-completed into records: an event's host time is the anchor's host time plus the GPU
-time elapsed since the anchor event. The anchor is an event recorded on an idle
-device right after a synchronize, so it completes when the host reads its clock; it
-is renewed every ``anchor_every_s`` to bound drift between the two clocks.
+never blocking) turns the events that completed into records: an event's host time is
+the anchor's host time plus the GPU time elapsed since the anchor event. The anchor is
+an event recorded on an idle device right after a synchronize, so it completes when the
+host reads its clock; it is renewed every ``anchor_every_s`` to bound drift between the
+two clocks.
+
+Ops still running on the device when their step ends (a loop with no synchronize)
+hold the step's end back (``RankWatch.holds``) until they are recorded, at a later
+op's start or step end: the stream gets them with their step, not as late records of a
+step it has closed. ``close`` waits for the device and records the rest.
 
 Each op's issue latency (GPU start minus the CPU time of its launch) goes into the
 step's notes: a healthy distribution is smooth, GC pauses and stray synchronisations
@@ -42,6 +47,8 @@ class _GpuOp:
 
     def __enter__(self) -> None:
         t = self.timer
+        if t.rw.ends_held:  # a step ended with ops on the device: theirs may be done now
+            t.collect(reanchor=False)
         launch = t.rw.clock.read()  # CPU side: the op is issued now
         start = t._event()
         stream = t._stream
@@ -83,6 +90,8 @@ class CudaTimer:
         self._open: list[tuple[_GpuOp, int, int, Any, int]] = []
         self.anchor()
         rw.collectors.append(self.collect)
+        rw.holds.append(self.holds)
+        rw.finishers.append(self.finish)
 
     def _event(self) -> Any:
         """A timing event: a completed one again, else a new one."""
@@ -107,11 +116,22 @@ class CudaTimer:
             return _GpuOp(self, optype, mb, c, c * rw.identity.pp_size + rw.identity.pp_rank)
         return _GpuOp(self, optype, -1, -1, -1)
 
-    def collect(self) -> int:
+    def holds(self, step: int) -> bool:
+        """Whether an op of ``step`` (or before) is still running on the device."""
+        return bool(self.pending) and self.pending[0][1] <= step
+
+    def finish(self) -> None:
+        """Wait for the device and record every op left (``RankWatch.close``)."""
+        self.cuda.synchronize()
+        self.collect(reanchor=False)
+
+    def collect(self, reanchor: bool = True) -> int:
         """Record every timed op whose end event completed, in order; never blocks.
 
-        Returns how many are still pending. Re-anchors when the anchor is old and
-        nothing is pending (the anchor event must stay valid for pending ops).
+        Returns how many are still pending. Re-anchors (a synchronize: only at a step
+        end, ``reanchor``) when the anchor is old and nothing is pending (the anchor
+        event must stay valid for pending ops). Step ends that waited for the ops
+        recorded are released (``RankWatch.release_ends``).
         """
         emitted = 0
         while self.pending:
@@ -126,7 +146,13 @@ class CudaTimer:
             self.rw.emit(op.optype, seq, t0, t1, op.mb, op.chunk, op.gmc, step=step)
             self.rw.note_issue(max(0, t0 - launch))  # GPU start - CPU launch
             emitted += 1
-        if not self.pending and self.rw.clock.read() - self._anchor_raw > self.anchor_every_ns:
+        if emitted and self.rw.ends_held:
+            self.rw.release_ends()
+        if (
+            reanchor
+            and not self.pending
+            and self.rw.clock.read() - self._anchor_raw > self.anchor_every_ns
+        ):
             self.anchor()
         return len(self.pending)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
@@ -98,6 +99,9 @@ class _NoOp:
 
 NOOP = _NoOp()
 
+MAX_HELD_ENDS = 8
+"""Step ends that may wait for a device's ops at once (``RankWatch.release_ends``)."""
+
 
 class RankWatch:
     def __init__(
@@ -133,6 +137,13 @@ class RankWatch:
         self.collectors: list[Callable[[], object]] = []
         """Called on the training thread at each step end, before the step is closed:
         they emit ops timed elsewhere (CUDA events, communication futures)."""
+        self.holds: list[Callable[[int], bool]] = []
+        """``hold(step)`` is True while ops of ``step`` are still to be emitted (timed on
+        a device that has not finished them): the step's end waits (``release_ends``)."""
+        self.finishers: list[Callable[[], object]] = []
+        """Called at ``close``, while still enabled: emit what is left (may block)."""
+        self._held_ends: deque[tuple[int, Any]] = deque()
+        """Ended steps (step, notes) whose end waits for a hold, oldest first."""
         self.watchdog = Watchdog(
             identity,
             in_flight=self.in_flight,
@@ -271,9 +282,31 @@ class RankWatch:
                 self._warn(f"collector {collect!r} failed: {exc!r}")
         end = self._read() + self.clock.shift_ns
         notes, self.notes = self.notes, StepNotes()
-        self.buffer.end_step(self.step, notes.close(self.step, end, self._prev_end_ns))
+        self._held_ends.append((self.step, notes.close(self.step, end, self._prev_end_ns)))
         self._prev_end_ns = end
-        self.publisher.wake()
+        self.release_ends()
+
+    @property
+    def ends_held(self) -> bool:
+        """Whether a step's end waits for ops still to be emitted."""
+        return bool(self._held_ends)
+
+    def release_ends(self, force: bool = False) -> None:
+        """Mark ended steps finished, oldest first, once no hold keeps them (all of them
+        when ``force``, and the oldest past ``MAX_HELD_ENDS``: a device that never
+        finishes must not hold memory or the stream's steps forever). The end marker
+        says that every record of the step was put before it: a step whose last ops run
+        on the device after its end (no synchronize in the loop) sends them with it,
+        not after it, where the stream would take them for late records."""
+        held, released = self._held_ends, False
+        while held and (
+            force or len(held) > MAX_HELD_ENDS or not any(hold(held[0][0]) for hold in self.holds)
+        ):
+            step, notes = held.popleft()
+            self.buffer.end_step(step, notes)
+            released = True
+        if released:
+            self.publisher.wake()
 
     # -- clock alignment ---------------------------------------------------------------
 
@@ -288,6 +321,13 @@ class RankWatch:
         if self._closed:
             return self.publisher.snapshot()
         self._closed = True
+        if self.enabled:
+            for finish in self.finishers:
+                try:
+                    finish()
+                except Exception as exc:  # never into training
+                    self._warn(f"finisher {finish!r} failed: {exc!r}")
+        self.release_ends(force=True)
         was_on, self.enabled = self.enabled, False
         if not was_on:  # switched off: nothing was recorded, nothing to say
             return self.publisher.snapshot()

@@ -10,8 +10,9 @@ from typing import Any
 from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.cuda import CudaTimer, stream_lookup
 from rankwatch.hooks.identity import Identity
-from rankwatch.hooks.tracker import RankWatch
+from rankwatch.hooks.tracker import MAX_HELD_ENDS, RankWatch
 from rankwatch.hooks.transports import SinkTransport
+from rankwatch.schemas.codec import decode_ops
 
 
 class FakeCuda:
@@ -205,3 +206,79 @@ def test_events_are_recorded_on_the_looked_up_stream_or_find_it_themselves() -> 
         pass
     # each timer's anchor first (always Event.record()), then its op's two events
     assert streams == [None, "side", "side", None, None, None]
+
+
+def _taken(rw: RankWatch) -> tuple[list[tuple[int, str]], list[int]]:
+    records, ends = rw.buffer.take()
+    return [(r[0], r[1]) for r in records], ends
+
+
+def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() -> None:
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
+        SinkTransport(lambda k, v: None),
+        start=False,
+    )
+    cuda = FakeCuda()
+    timer = CudaTimer(rw, cuda)  # the anchor: event 1
+    rw.step_begin(0)
+    with timer.op("forward-compute", mb=0):  # events 2, 3
+        pass
+    with timer.op("optimizer"):  # events 4, 5: still running at the step end
+        pass
+    cuda.done = 3
+    rw.step_end()
+    assert _taken(rw) == ([(0, "forward-compute")], [])  # no end: the optimizer is to come
+    rw.step_begin(1)
+    with timer.op("forward-compute", mb=0):  # the device is not done yet: still held
+        pass
+    assert _taken(rw) == ([], [])
+    cuda.done = 10**9
+    with timer.op("backward-compute", mb=0):  # what completed is recorded, then step 0 ends
+        pass
+    assert _taken(rw) == ([(0, "optimizer"), (1, "forward-compute")], [0])
+    rw.step_end()
+    assert _taken(rw) == ([(1, "backward-compute")], [1])
+
+
+def test_close_waits_for_the_device_and_releases_every_end() -> None:
+    sent: list[int] = []
+
+    def deliver(kind: str, value: bytes) -> None:
+        if kind == "ops":
+            batch = decode_ops(value)
+            sent.extend(batch.step.tolist())
+            sent.extend(-s for s, _ in batch.steps_done)  # step ends as negatives
+
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0), SinkTransport(deliver)
+    )
+    cuda = FakeCuda()
+    synced = []
+    cuda.synchronize = lambda: (synced.append(True), setattr(cuda, "done", 10**9))  # type: ignore[method-assign]
+    timer = CudaTimer(rw, cuda)
+    rw.step_begin(3)
+    with timer.op("optimizer"):
+        pass
+    cuda.done = 0  # nothing finished
+    rw.step_end()
+    stats = rw.close()
+    assert len(synced) == 2  # the anchor's, then close's
+    assert sorted(sent) == [-3, 3] and stats.sent == 1
+
+
+def test_ends_held_past_the_limit_are_released_oldest_first() -> None:
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
+        SinkTransport(lambda k, v: None),
+        start=False,
+    )
+    cuda = FakeCuda()
+    timer = CudaTimer(rw, cuda)
+    cuda.done = 0  # a device that never finishes
+    for step in range(MAX_HELD_ENDS + 2):
+        rw.step_begin(step)
+        with timer.op("optimizer"):
+            pass
+        rw.step_end()
+    assert rw.buffer.take()[1] == [0, 1]  # the two oldest of ten
