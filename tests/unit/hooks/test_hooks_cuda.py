@@ -52,6 +52,12 @@ class FakeCuda:
         pass
 
 
+def _tracker(clock: Clock | None = None) -> RankWatch:
+    """A rank's tracker with no publisher thread: tests take its buffer themselves."""
+    ident = Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0)
+    return RankWatch(ident, SinkTransport(lambda k, v: None), clock=clock, start=False)
+
+
 def test_events_become_records_on_the_host_clock_once_complete() -> None:
     ticks = itertools.count(1_000_000, 1_000)
     rw = RankWatch(
@@ -92,12 +98,7 @@ def test_issue_latency_is_gpu_start_minus_cpu_launch() -> None:
         reads.append(next(ticks))
         return reads[-1]
 
-    rw = RankWatch(
-        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
-        SinkTransport(lambda k, v: None),
-        clock=Clock(read=read, wall=lambda: 0),
-        start=False,
-    )
+    rw = _tracker(Clock(read=read, wall=lambda: 0))
     cuda = FakeCuda()
     timer = CudaTimer(rw, cuda)  # anchor event at 2 ms
     anchor_raw = timer._anchor_raw
@@ -114,12 +115,7 @@ def test_completed_events_are_recorded_again_not_made_anew() -> None:
     """A new event costs the training thread more than a reused one: the events of
     collected ops are reused, and the times read from them are those of their new use."""
     ticks = itertools.count(1_000_000, 1_000)
-    rw = RankWatch(
-        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
-        SinkTransport(lambda k, v: None),
-        clock=Clock(read=lambda: next(ticks), wall=lambda: 0),
-        start=False,
-    )
+    rw = _tracker(Clock(read=lambda: next(ticks), wall=lambda: 0))
     cuda = FakeCuda()
     timer = CudaTimer(rw, cuda)  # anchor: 1 event, at 2 ms
     rw.step_begin(0)
@@ -180,11 +176,7 @@ def test_stream_lookup_follows_the_current_stream_and_makes_each_stream_once(
 
 
 def test_events_are_recorded_on_the_looked_up_stream_or_find_it_themselves() -> None:
-    rw = RankWatch(
-        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
-        SinkTransport(lambda k, v: None),
-        start=False,
-    )
+    rw = _tracker()
     streams: list[Any] = []
 
     class Cuda(FakeCuda):
@@ -214,11 +206,7 @@ def _taken(rw: RankWatch) -> tuple[list[tuple[int, str]], list[int]]:
 
 
 def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() -> None:
-    rw = RankWatch(
-        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
-        SinkTransport(lambda k, v: None),
-        start=False,
-    )
+    rw = _tracker()
     cuda = FakeCuda()
     timer = CudaTimer(rw, cuda)  # the anchor: event 1
     rw.step_begin(0)
@@ -268,11 +256,7 @@ def test_close_waits_for_the_device_and_releases_every_end() -> None:
 
 
 def test_ends_held_past_the_limit_are_released_oldest_first() -> None:
-    rw = RankWatch(
-        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0),
-        SinkTransport(lambda k, v: None),
-        start=False,
-    )
+    rw = _tracker()
     cuda = FakeCuda()
     timer = CudaTimer(rw, cuda)
     cuda.done = 0  # a device that never finishes
