@@ -106,6 +106,7 @@ def main() -> int:
     report["training_step"] = _training_step_cost(ident)
     checks["a training step's ops all recorded"] = report["training_step"].pop("all_recorded")
     report["long_steps"] = _long_steps(ident)
+    report["issue_latency"] = _issue_latencies(ident)
     checks["ops running past their step's end are sent with it"] = (
         report["long_steps"]["late"] == 0 and report["long_steps"]["published"] == 8
     )
@@ -213,11 +214,7 @@ def _training_step_cost(ident: Identity, rounds: int = 5, steps: int = 10) -> di
     running, frames to a sink): median ms per step of each kind, ``rounds`` rounds of
     ``steps`` steps in turn after a warm-up. What the timer costs a real step, where the
     host's launches and the GPU's work overlap."""
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, 4).to("cuda", torch.bfloat16)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(8, 8, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    model, opt, x = _small_transformer()
     published: list[int] = []  # records of each ops message the publisher sent
     done: set[int] = set()  # steps a message said were done
     late: list[int] = []  # records sent after their step was said done
@@ -270,6 +267,59 @@ def _training_step_cost(ident: Identity, rounds: int = 5, steps: int = 10) -> di
         "records_late": len(late),
         "all_recorded": sum(published) == 17 * (3 + rounds * steps) and not late,
     }
+
+
+def _small_transformer() -> tuple[Any, Any, Any]:
+    """(model, optimizer, 8 microbatches of input) of the training-step checks."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 4).to("cuda", torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(8, 8, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    return model, opt, x
+
+
+def _issue_latencies(ident: Identity, steps: int = 12) -> dict[str, dict[str, float]]:
+    """What the ``issue-stall`` signal reads (per step: p50 and p99 of GPU start minus CPU
+    launch over the step's timed ops, docs/detection.md) in the small transformer's
+    step, healthy and with the two faults the signal is meant for: a stray
+    ``torch.cuda.synchronize()`` after every microbatch's backward, and a 20-ms host
+    stall (a GC pause, say) after the fourth microbatch's forward. Medians over
+    ``steps`` steps after 3 warm-up steps, µs, and the median step time, ms."""
+    model, opt, x = _small_transformer()
+    out: dict[str, dict[str, float]] = {}
+    for fault in ("healthy", "stray synchronize", "host stall 20 ms"):
+        rw = RankWatch(ident, SinkTransport(lambda kind, value: None), start=False)
+        timer = CudaTimer(rw, torch.cuda)
+        times = []
+        for step in range(3 + steps):
+            t0 = time.perf_counter()
+            rw.step_begin(step)
+            for mb in range(x.shape[0]):
+                with timer.op("forward-compute", mb=mb):
+                    loss = model(x[mb]).float().pow(2).mean()
+                if fault == "host stall 20 ms" and mb == 3:
+                    time.sleep(0.02)
+                with timer.op("backward-compute", mb=mb):
+                    loss.backward()
+                if fault == "stray synchronize":
+                    torch.cuda.synchronize()
+            with timer.op("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            rw.step_end()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        # no publisher thread and no close (which would send them): the notes of every
+        # step but the last, whose end may still wait for the device
+        notes = [n for n in rw.buffer.take_all()[2] if n["step"] >= 3 and n["issue"]]
+        out[fault] = {
+            "issue_p50_us": round(statistics.median(n["issue"]["p50_ns"] for n in notes) / 1e3, 1),
+            "issue_p99_us": round(statistics.median(n["issue"]["p99_ns"] for n in notes) / 1e3, 1),
+            "step_ms": round(statistics.median(times[3:]), 2),
+            "steps": len(notes),
+        }
+    return out
 
 
 def _long_steps(ident: Identity, steps: int = 4) -> dict[str, int]:
