@@ -28,7 +28,7 @@ import torch
 from rankwatch.hooks.cuda import CudaTimer, stream_lookup
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import encode_ops
-from rankwatch.hooks.tracker import RankWatch
+from rankwatch.hooks.tracker import NOOP, RankWatch
 from rankwatch.hooks.transports import SinkTransport
 from rankwatch.schemas.codec import decode_ops
 
@@ -207,6 +207,57 @@ def _primitive_costs(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[str
     return {name: round(statistics.median(v), 2) for name, v in out.items()}
 
 
+class _Published:
+    """A sink for the hooks' messages: the op records published, and those published
+    after the message that said their step was done (late records)."""
+
+    def __init__(self) -> None:
+        self.records, self.late, self.done = 0, 0, set[int]()
+
+    def __call__(self, kind: str, value: bytes) -> None:
+        if kind == "ops":
+            batch = decode_ops(value)
+            self.records += len(batch)
+            self.late += sum(s in self.done for s in batch.step.tolist())
+            self.done.update(s for s, _ in batch.steps_done)
+
+
+def _train_step(
+    rw: RankWatch,
+    timer: CudaTimer,
+    net: tuple[Any, Any, Any],
+    step: int,
+    *,
+    timed: bool = True,
+    fault: str = "healthy",
+) -> float:
+    """One step of the small transformer, ms to the device's end: every microbatch's
+    forward and backward and the optimizer timed (17 ops; none when not ``timed``), with
+    ``fault``: a stray ``torch.cuda.synchronize()`` after every backward, or a 20-ms host
+    stall after the fourth forward. The step ends before the synchronize, as in a loop
+    that does not wait for the device."""
+    model, opt, x = net
+    t0 = time.perf_counter()
+    if timed:
+        rw.step_begin(step)
+    for mb in range(x.shape[0]):
+        with timer.op("forward-compute", mb=mb) if timed else NOOP:
+            loss = model(x[mb]).float().pow(2).mean()
+        if fault == "host stall 20 ms" and mb == 3:
+            time.sleep(0.02)
+        with timer.op("backward-compute", mb=mb) if timed else NOOP:
+            loss.backward()
+        if fault == "stray synchronize":
+            torch.cuda.synchronize()
+    with timer.op("optimizer") if timed else NOOP:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    if timed:
+        rw.step_end()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
 def _training_step_cost(ident: Identity, rounds: int = 5, steps: int = 10) -> dict[str, Any]:
     """Step time of a small bf16 transformer (4 encoder layers, d 1024, 8 microbatches of
     8 x 512 tokens a step, AdamW) trained bare and with every microbatch's forward and
@@ -214,46 +265,18 @@ def _training_step_cost(ident: Identity, rounds: int = 5, steps: int = 10) -> di
     running, frames to a sink): median ms per step of each kind, ``rounds`` rounds of
     ``steps`` steps in turn after a warm-up. What the timer costs a real step, where the
     host's launches and the GPU's work overlap."""
-    model, opt, x = _small_transformer()
-    published: list[int] = []  # records of each ops message the publisher sent
-    done: set[int] = set()  # steps a message said were done
-    late: list[int] = []  # records sent after their step was said done
-
-    def deliver(kind: str, value: bytes) -> None:
-        if kind == "ops":
-            batch = decode_ops(value)
-            published.append(len(batch))
-            late.extend(s for s in batch.step.tolist() if s in done)
-            done.update(s for s, _ in batch.steps_done)
-
-    rw = RankWatch(ident, SinkTransport(deliver))
+    net = _small_transformer()
+    sink = _Published()
+    rw = RankWatch(ident, SinkTransport(sink))
     timer = CudaTimer(rw, torch.cuda)
-
-    def run(step: int, timed: bool) -> float:
-        t0 = time.perf_counter()
-        if timed:
-            rw.step_begin(step)
-        for mb in range(x.shape[0]):
-            with timer.op("forward-compute", mb=mb) if timed else _NoOp():
-                loss = model(x[mb]).float().pow(2).mean()
-            with timer.op("backward-compute", mb=mb) if timed else _NoOp():
-                loss.backward()
-        with timer.op("optimizer") if timed else _NoOp():
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        if timed:
-            rw.step_end()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3
-
     for step in range(3):
-        run(step, timed=True)
+        _train_step(rw, timer, net, step)
     times: dict[str, list[float]] = {"bare": [], "timed": []}
     step = 3
     for _ in range(rounds):
         for kind, kept in times.items():
             for _ in range(steps):
-                kept.append(run(step, kind == "timed"))
+                kept.append(_train_step(rw, timer, net, step, timed=kind == "timed"))
                 step += 1
     rw.close()
     bare, timed = statistics.median(times["bare"]), statistics.median(times["timed"])
@@ -263,9 +286,9 @@ def _training_step_cost(ident: Identity, rounds: int = 5, steps: int = 10) -> di
         "overhead_pct": round(100 * (timed / bare - 1), 2),
         "bare_ms_range": [round(min(times["bare"]), 3), round(max(times["bare"]), 3)],
         "timed_ms_range": [round(min(times["timed"]), 3), round(max(times["timed"]), 3)],
-        "records_published": sum(published),
-        "records_late": len(late),
-        "all_recorded": sum(published) == 17 * (3 + rounds * steps) and not late,
+        "records_published": sink.records,
+        "records_late": sink.late,
+        "all_recorded": sink.records == 17 * (3 + rounds * steps) and not sink.late,
     }
 
 
@@ -282,34 +305,14 @@ def _small_transformer() -> tuple[Any, Any, Any]:
 def _issue_latencies(ident: Identity, steps: int = 12) -> dict[str, dict[str, float]]:
     """What the ``issue-stall`` signal reads (per step: p50 and p99 of GPU start minus CPU
     launch over the step's timed ops, docs/detection.md) in the small transformer's
-    step, healthy and with the two faults the signal is meant for: a stray
-    ``torch.cuda.synchronize()`` after every microbatch's backward, and a 20-ms host
-    stall (a GC pause, say) after the fourth microbatch's forward. Medians over
-    ``steps`` steps after 3 warm-up steps, µs, and the median step time, ms."""
-    model, opt, x = _small_transformer()
+    step, healthy and with the two faults the signal is meant for (``_train_step``).
+    Medians over ``steps`` steps after 3 warm-up steps, µs, and the median step time, ms."""
+    net = _small_transformer()
     out: dict[str, dict[str, float]] = {}
     for fault in ("healthy", "stray synchronize", "host stall 20 ms"):
         rw = RankWatch(ident, SinkTransport(lambda kind, value: None), start=False)
         timer = CudaTimer(rw, torch.cuda)
-        times = []
-        for step in range(3 + steps):
-            t0 = time.perf_counter()
-            rw.step_begin(step)
-            for mb in range(x.shape[0]):
-                with timer.op("forward-compute", mb=mb):
-                    loss = model(x[mb]).float().pow(2).mean()
-                if fault == "host stall 20 ms" and mb == 3:
-                    time.sleep(0.02)
-                with timer.op("backward-compute", mb=mb):
-                    loss.backward()
-                if fault == "stray synchronize":
-                    torch.cuda.synchronize()
-            with timer.op("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            rw.step_end()
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - t0) * 1e3)
+        times = [_train_step(rw, timer, net, step, fault=fault) for step in range(3 + steps)]
         # no publisher thread and no close (which would send them): the notes of every
         # step but the last, whose end may still wait for the device
         notes = [n for n in rw.buffer.take_all()[2] if n["step"] >= 3 and n["issue"]]
@@ -328,16 +331,8 @@ def _long_steps(ident: Identity, steps: int = 4) -> dict[str, int]:
     waits for the device): longer than the hooks' batching window, so each step's
     message leaves at its end. How many of the 2 ops a step are published, and how many
     after the message that said their step was done (late records)."""
-    published, late, done = [0], [0], set()
-
-    def deliver(kind: str, value: bytes) -> None:
-        if kind == "ops":
-            batch = decode_ops(value)
-            published[0] += len(batch)
-            late[0] += sum(s in done for s in batch.step.tolist())
-            done.update(s for s, _ in batch.steps_done)
-
-    rw = RankWatch(ident, SinkTransport(deliver))
+    sink = _Published()
+    rw = RankWatch(ident, SinkTransport(sink))
     timer = CudaTimer(rw, torch.cuda)
     x = torch.zeros(16, device="cuda")
     for step in range(steps):
@@ -350,15 +345,7 @@ def _long_steps(ident: Identity, steps: int = 4) -> dict[str, int]:
         torch.cuda.synchronize()
         time.sleep(0.05)  # the publisher's round: the step's message leaves
     rw.close()
-    return {"published": published[0], "late": late[0]}
-
-
-class _NoOp:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    return {"published": sink.records, "late": sink.late}
 
 
 def _drift_us(timer: CudaTimer) -> float:
