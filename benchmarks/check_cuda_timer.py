@@ -105,11 +105,14 @@ def main() -> int:
     report["anchor_drift_us"] = _drift_us(timer)
     report["training_step"] = _training_step_cost(ident)
     checks["a training step's ops all recorded"] = report["training_step"].pop("all_recorded")
-    report["long_steps"] = _long_steps(ident)
+    report["long_steps"] = long = _long_steps(ident)
     report["issue_latency"] = _issue_latencies(ident)
     checks["ops running past their step's end are sent with it"] = (
-        report["long_steps"]["late"] == 0 and report["long_steps"]["published"] == 8
+        long["late"] == 0 and long["published"] == 8
     )
+    checks["an op recorded after its step's end counts in that step's issue latencies"] = long[
+        "issue_latencies_per_step"
+    ] == [2, 2, 2, 2]
     report["checks"] = checks
     print(json.dumps(report, indent=2))
     return 0 if all(checks.values()) else 1
@@ -208,11 +211,13 @@ def _primitive_costs(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[str
 
 
 class _Published:
-    """A sink for the hooks' messages: the op records published, and those published
-    after the message that said their step was done (late records)."""
+    """A sink for the hooks' messages: the op records published, those published after
+    the message that said their step was done (late records), and how many issue
+    latencies each step's summary counts."""
 
     def __init__(self) -> None:
         self.records, self.late, self.done = 0, 0, set[int]()
+        self.issues: dict[int, int] = {}
 
     def __call__(self, kind: str, value: bytes) -> None:
         if kind == "ops":
@@ -220,6 +225,8 @@ class _Published:
             self.records += len(batch)
             self.late += sum(s in self.done for s in batch.step.tolist())
             self.done.update(s for s, _ in batch.steps_done)
+            for item in batch.rank_steps:
+                self.issues[item["step"]] = (item.get("issue") or {}).get("n", 0)
 
 
 def _train_step(
@@ -325,12 +332,13 @@ def _issue_latencies(ident: Identity, steps: int = 12) -> dict[str, dict[str, fl
     return out
 
 
-def _long_steps(ident: Identity, steps: int = 4) -> dict[str, int]:
+def _long_steps(ident: Identity, steps: int = 4) -> dict[str, Any]:
     """Steps of ~0.3 s whose last op (the optimizer, a spinning kernel) is still running
     on the device at ``step_end`` (no synchronize before it, as in a loop that never
     waits for the device): longer than the hooks' batching window, so each step's
     message leaves at its end. How many of the 2 ops a step are published, and how many
-    after the message that said their step was done (late records)."""
+    after the message that said their step was done (late records), and how many issue
+    latencies each step's summary counts (its 2 ops')."""
     sink = _Published()
     rw = RankWatch(ident, SinkTransport(sink))
     timer = CudaTimer(rw, torch.cuda)
@@ -345,7 +353,8 @@ def _long_steps(ident: Identity, steps: int = 4) -> dict[str, int]:
         torch.cuda.synchronize()
         time.sleep(0.05)  # the publisher's round: the step's message leaves
     rw.close()
-    return {"published": sink.records, "late": sink.late}
+    issues = [sink.issues.get(step, 0) for step in range(steps)]
+    return {"published": sink.records, "late": sink.late, "issue_latencies_per_step": issues}
 
 
 def _drift_us(timer: CudaTimer) -> float:

@@ -13,9 +13,9 @@ hold the step's end back (``RankWatch.holds``) until they are recorded, at a lat
 op's start or step end: the stream gets them with their step, not as late records of a
 step it has closed. ``close`` waits for the device and records the rest.
 
-Each op's issue latency (GPU start minus the CPU time of its launch) goes into the
-step's notes: a healthy distribution is smooth, GC pauses and stray synchronisations
-make it jump (docs/detection.md, section 3).
+Each op's issue latency (GPU start minus the CPU time of its launch) goes into its
+step's notes (a held step's too, until its end is released): a healthy distribution is
+smooth, GC pauses and stray synchronisations make it jump (docs/detection.md, section 3).
 
 torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``
 and ``synchronize``). CI has no GPU, so the unit tests drive it with stand-in events;
@@ -144,7 +144,7 @@ class CudaTimer:
             if len(self._free) < self.MAX_FREE_EVENTS:  # both completed: safe to record again
                 self._free += (start, end)
             self.rw.emit(op.optype, seq, t0, t1, op.mb, op.chunk, op.gmc, step=step)
-            self.rw.note_issue(max(0, t0 - launch))  # GPU start - CPU launch
+            self.rw.note_issue(max(0, t0 - launch), step)  # GPU start - CPU launch
             emitted += 1
         if emitted and self.rw.ends_held:
             self.rw.release_ends()

@@ -142,8 +142,9 @@ class RankWatch:
         a device that has not finished them): the step's end waits (``release_ends``)."""
         self.finishers: list[Callable[[], object]] = []
         """Called at ``close``, while still enabled: emit what is left (may block)."""
-        self._held_ends: deque[tuple[int, Any]] = deque()
-        """Ended steps (step, notes) whose end waits for a hold, oldest first."""
+        self._held_ends: deque[tuple[int, StepNotes, int, int | None]] = deque()
+        """Ended steps (step, notes, end, previous end) whose end waits for a hold, oldest
+        first; their notes are closed when the end is released."""
         self.watchdog = Watchdog(
             identity,
             in_flight=self.in_flight,
@@ -255,9 +256,17 @@ class RankWatch:
         """A wait for the next batch (``integrations.timed_batches``)."""
         self.notes.data_wait_ns += wait_ns
 
-    def note_issue(self, latency_ns: int) -> None:
-        """GPU start minus CPU launch of one timed op (``cuda.CudaTimer``)."""
-        self.notes.issue_ns.append(latency_ns)
+    def note_issue(self, latency_ns: int, step: int | None = None) -> None:
+        """GPU start minus CPU launch of one timed op (``cuda.CudaTimer``) of ``step``.
+        An op still on the device when its step ended is recorded later, while that
+        step's end is held: its latency goes with that step, not the one running now."""
+        notes = self.notes
+        if step is not None:
+            for held_step, held_notes, *_ in self._held_ends:
+                if held_step == step:
+                    notes = held_notes
+                    break
+        notes.issue_ns.append(latency_ns)
 
     # -- steps -------------------------------------------------------------------------
 
@@ -282,7 +291,7 @@ class RankWatch:
                 self._warn(f"collector {collect!r} failed: {exc!r}")
         end = self._read() + self.clock.shift_ns
         notes, self.notes = self.notes, StepNotes()
-        self._held_ends.append((self.step, notes.close(self.step, end, self._prev_end_ns)))
+        self._held_ends.append((self.step, notes, end, self._prev_end_ns))
         self._prev_end_ns = end
         self.release_ends()
 
@@ -302,8 +311,8 @@ class RankWatch:
         while held and (
             force or len(held) > MAX_HELD_ENDS or not any(hold(held[0][0]) for hold in self.holds)
         ):
-            step, notes = held.popleft()
-            self.buffer.end_step(step, notes)
+            step, notes, end, prev_end = held.popleft()
+            self.buffer.end_step(step, notes.close(step, end, prev_end))
             released = True
         if released:
             self.publisher.wake()

@@ -229,6 +229,27 @@ def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() 
     assert _taken(rw) == ([(1, "backward-compute")], [1])
 
 
+def test_an_op_recorded_after_its_step_ended_counts_its_issue_latency_in_that_step() -> None:
+    rw = _tracker()
+    cuda = FakeCuda()
+    timer = CudaTimer(rw, cuda)  # the anchor: event 1
+    rw.step_begin(0)
+    with timer.op("forward-compute", mb=0):  # events 2, 3
+        pass
+    with timer.op("optimizer"):  # events 4, 5: still running at the step end
+        pass
+    cuda.done = 3
+    rw.step_end()
+    rw.step_begin(1)
+    cuda.done = 10**9
+    with timer.op("forward-compute", mb=0):  # step 0's optimizer is recorded first
+        pass
+    rw.step_end()
+    notes = {n["step"]: n["issue"] for n in rw.buffer.take_all()[2]}
+    assert notes[0] is not None and notes[0]["n"] == 2  # its two ops, the late one too
+    assert notes[1] is not None and notes[1]["n"] == 1  # its own op alone
+
+
 def test_close_waits_for_the_device_and_releases_every_end() -> None:
     sent: list[int] = []
 
