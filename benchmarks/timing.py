@@ -40,3 +40,21 @@ def process_cpu_s(pid: int) -> float:
     benchmarks that time a worker or relay subprocess read it before and after."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def interpreter_cpu_s(pid: int) -> float:
+    """CPU seconds so far of the threads of process ``pid`` that carry its own name: the
+    interpreter's threads. Embedded chDB names its threads (``ThreadPool``,
+    ``MergeMutate``...): the rest of ``process_cpu_s`` is the store's work, which a
+    ClickHouse server would do on its own machine. A thread that ended is not counted."""
+    name = Path(f"/proc/{pid}/comm").read_text()
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text() != name:
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
