@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,13 @@ class OpBatch:
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
+
+    @cached_property
+    def step_span(self) -> tuple[int, int]:
+        """Lowest and highest step of the records: worked out once per batch (the
+        identity check, the late-step test and the assembly's grouping all ask, and a
+        bundle's small members paid two numpy reductions for each)."""
+        return int(self.step.min()), int(self.step.max())
 
     @property
     def delivery_key(self) -> tuple[int, int, int]:

@@ -271,9 +271,9 @@ class StepAssembler:
         """The batch's steps that closed already and wait for no late batch."""
         if not job.closed:
             return frozenset()
-        first = int(batch.step[0])
-        if first not in job.closed and bool((batch.step == first).all()):
-            return frozenset()  # the usual batch: one open step
+        low, high = batch.step_span
+        if low == high:  # the usual batch: one step
+            return frozenset((low,)) if low in job.closed and low not in job.kept else frozenset()
         steps = set(np.unique(batch.step).tolist())
         return frozenset(s for s in steps if s in job.closed and s not in job.kept)
 
@@ -287,7 +287,8 @@ class StepAssembler:
         return False
 
     def _file_records(self, job: _Job, batch: OpBatch, worker: Worker, now_ns: int) -> set[int]:
-        order, uniq, bounds = _group_by_step(batch.step)
+        order, uniq, bounds = _group_by_step(batch.step, batch.step_span)
+        whole = order is None and uniq.size == 1  # one step: the batch's own columns
         touched: set[int] = set()
         for step, lo, hi in zip(uniq.tolist(), bounds[:-1], bounds[1:], strict=True):
             open_step = self._target(job, step, now_ns)
@@ -297,8 +298,11 @@ class StepAssembler:
                 continue
             if step in job.kept:
                 self.counters.late_kept_batches += 1
-            rows = order[lo:hi] if order is not None else slice(lo, hi)
-            columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
+            if whole:
+                columns = {c: getattr(batch, c) for c in _COLUMNS}
+            else:
+                rows = order[lo:hi] if order is not None else slice(lo, hi)
+                columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
             open_step.chunks.append(_Chunk(columns, worker, batch.rank))
             open_step.received[worker] = open_step.received.get(worker, 0) + int(hi - lo)
             if not batch.steps_done and bool((columns["optype"] == _OPTIMIZER).any()):
@@ -381,11 +385,14 @@ class StepAssembler:
         return _assembled(name, step, columns, bool(missing), missing, job.layout)
 
 
-def _group_by_step(steps: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """Row order grouping ``steps`` (None: as they are), the distinct steps, and their
-    group bounds. A batch usually holds one step, or several in step order (the hooks
-    batch short steps): no sort then, and each step's records are a slice (a view)."""
-    if steps.size and steps[0] == steps[-1] and bool((steps == steps[0]).all()):
+def _group_by_step(
+    steps: np.ndarray, span: tuple[int, int]
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """Row order grouping ``steps`` (lowest and highest: ``span``; None: as they are),
+    the distinct steps, and their group bounds. A batch usually holds one step, or
+    several in step order (the hooks batch short steps): no sort then, and each step's
+    records are a slice (a view)."""
+    if span[0] == span[1]:
         return None, steps[:1], np.array([0, steps.size])
     change = np.diff(steps)
     if bool((change >= 0).all()):

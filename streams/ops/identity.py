@@ -55,9 +55,6 @@ class JobIdentities:
     step_window: int = 4096
     """Steps a batch may be away from its job's newest accepted step (either way)."""
     _jobs: dict[str, _Identity] = field(default_factory=dict)
-    _range: tuple[OpBatch | None, tuple[int, int]] = (None, (0, 0))
-    """The step range of the batch last checked: :meth:`accept` of the same batch
-    reuses it (two numpy reductions per batch were a third of the checks' cost)."""
 
     def check(self, batch: OpBatch, key: bytes | None = None) -> Rejection | None:
         """Why ``batch`` (delivered under ``key``, None when unkeyed) must be refused."""
@@ -84,7 +81,7 @@ class JobIdentities:
         if batch.rank not in known.coordinates:
             known.coordinates[batch.rank] = coords
             known.ranks[coords] = batch.rank
-        newest = self._step_range(batch)[1]
+        newest = _step_range(batch)[1]
         if known.newest_step is None or newest > known.newest_step:
             known.newest_step = newest
 
@@ -113,17 +110,10 @@ class JobIdentities:
         known = self._jobs.get(job)
         return dict(known.coordinates) if known is not None else {}
 
-    def _step_range(self, batch: OpBatch) -> tuple[int, int]:
-        last, steps = self._range
-        if last is not batch:
-            steps = _step_range(batch)
-            self._range = (batch, steps)
-        return steps
-
     def _far_step(self, known: _Identity, batch: OpBatch) -> Rejection | None:
         if known.newest_step is None:
             return None
-        low, high = self._step_range(batch)
+        low, high = _step_range(batch)
         if (
             known.newest_step - low > self.step_window
             or high - known.newest_step > self.step_window
@@ -165,7 +155,7 @@ def _coordinates(batch: OpBatch) -> Coordinates:
 
 def _step_range(batch: OpBatch) -> tuple[int, int]:
     """Lowest and highest step a batch names (its records and its declared step ends)."""
-    low, high = int(batch.step.min()), int(batch.step.max())
+    low, high = batch.step_span
     for step, _ in batch.steps_done:
         low, high = min(low, step), max(high, step)
     return low, high
