@@ -107,6 +107,7 @@ def main() -> int:
     checks["a training step's ops all recorded"] = report["training_step"].pop("all_recorded")
     report["long_steps"] = long = _long_steps(ident)
     report["issue_latency"] = _issue_latencies(ident)
+    report["issue_latency_device_bound"] = _issue_latencies(ident, batch=64)
     checks["ops running past their step's end are sent with it"] = (
         long["late"] == 0 and long["published"] == 8
     )
@@ -299,22 +300,27 @@ def _training_step_cost(ident: Identity, rounds: int = 5, steps: int = 10) -> di
     }
 
 
-def _small_transformer() -> tuple[Any, Any, Any]:
-    """(model, optimizer, 8 microbatches of input) of the training-step checks."""
+def _small_transformer(batch: int = 8) -> tuple[Any, Any, Any]:
+    """(model, optimizer, 8 microbatches of ``batch`` sequences) of the training-step
+    checks. At 8 the host's launches take longer than the device's work (host-bound);
+    at 64 the device's work does (device-bound: launches queue up ahead of it)."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, 4).to("cuda", torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(8, 8, 512, 1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(8, batch, 512, 1024, device="cuda", dtype=torch.bfloat16)
     return model, opt, x
 
 
-def _issue_latencies(ident: Identity, steps: int = 12) -> dict[str, dict[str, float]]:
+def _issue_latencies(
+    ident: Identity, steps: int = 12, batch: int = 8
+) -> dict[str, dict[str, float]]:
     """What the ``issue-stall`` signal reads (per step: p50 and p99 of GPU start minus CPU
     launch over the step's timed ops, docs/detection.md) in the small transformer's
-    step, healthy and with the two faults the signal is meant for (``_train_step``).
-    Medians over ``steps`` steps after 3 warm-up steps, µs, and the median step time, ms."""
-    net = _small_transformer()
+    step (``batch``: host- or device-bound), healthy and with the two faults the signal
+    is meant for (``_train_step``). Medians over ``steps`` steps after 3 warm-up steps,
+    µs, and the median step time, ms."""
+    net = _small_transformer(batch)
     out: dict[str, dict[str, float]] = {}
     for fault in ("healthy", "stray synchronize", "host stall 20 ms"):
         rw = RankWatch(ident, SinkTransport(lambda kind, value: None), start=False)

@@ -148,3 +148,35 @@ def test_a_cause_wins_over_its_symptoms() -> None:
     d = diagnose("j", _rows(gc_run, SlowdownDetector()))
     assert (d.cause, d.ranks) == ("GC", [2])
     assert any(line.startswith("also open: flops-drop") for line in d.lines)
+
+
+def _issue_stalls(until: int) -> list[list[Signals]]:
+    """Steps 0 to ``until`` - 1: p99 issue latency 20 µs on every rank, and 500 µs on
+    rank 2 from step 10 on."""
+    healthy = {f"r{r}": {"issue_p99_us": 20.0} for r in range(4)}
+    stalled = {**healthy, "r2": {"issue_p99_us": 500.0}}
+    return [step(n, **(stalled if n >= 10 else healthy)) for n in range(until)]
+
+
+def test_issue_stalls_are_judged_only_when_asked() -> None:
+    """Off by default (docs/detection.md, section 3: the signal did not follow the
+    faults on an H100); on, a p99 four times its baseline and 100 µs over it opens an
+    episode like any other kind."""
+    steps = _issue_stalls(20)
+    assert run(SlowdownDetector(), steps) == []
+    alerts = run(SlowdownDetector(DetectorConfig(issue_stall=True)), steps)
+    assert [(a.kind, a.state, a.ranks) for a in alerts] == [("issue-stall", "firing", (2,))]
+
+
+def test_an_issue_stall_taken_over_from_a_worker_that_judged_it_resolves() -> None:
+    """A job handed over mid-episode by a worker with ``issue_stall`` on, to one with it
+    off: the alert does not stay firing for ever."""
+    before = SlowdownDetector(DetectorConfig(issue_stall=True))
+    run(before, _issue_stalls(16))
+    state = before.state("j")
+    assert state is not None and [a["kind"] for a in state["alerts"]] == ["issue-stall"]
+    after = SlowdownDetector()
+    after.load("j", state)
+    alerts = run(after, _issue_stalls(17)[16:])
+    assert [(a.kind, a.state) for a in alerts] == [("issue-stall", "resolved")]
+    assert all(t["kind"] != "issue-stall" for t in after.state("j")["tracks"])  # type: ignore[index]
