@@ -259,10 +259,12 @@ class RankWatch:
     def note_issue(self, latency_ns: int, step: int | None = None) -> None:
         """GPU start minus CPU launch of one timed op (``cuda.CudaTimer``) of ``step``.
         An op still on the device when its step ended is recorded later, while that
-        step's end is held: its latency goes with that step, not the one running now."""
+        step's end is held: its latency goes with that step, not the one running now
+        (once the end is released, past ``MAX_HELD_ENDS``, to the one running now). A
+        loop that ends a step number twice has its latencies go with the newest end."""
         notes = self.notes
         if step is not None:
-            for held_step, held_notes, *_ in self._held_ends:
+            for held_step, held_notes, *_ in reversed(self._held_ends):
                 if held_step == step:
                     notes = held_notes
                     break

@@ -250,6 +250,28 @@ def test_an_op_recorded_after_its_step_ended_counts_its_issue_latency_in_that_st
     assert notes[1] is not None and notes[1]["n"] == 1  # its own op alone
 
 
+def test_the_last_steps_late_op_counts_its_issue_latency_at_close() -> None:
+    issues: dict[int, Any] = {}
+
+    def deliver(kind: str, value: bytes) -> None:
+        if kind == "ops":
+            issues.update((s["step"], s.get("issue")) for s in decode_ops(value).rank_steps)
+
+    rw = RankWatch(
+        Identity(job="j", host="h", rank=0, dp_rank=0, pp_rank=0), SinkTransport(deliver)
+    )
+    cuda = FakeCuda()
+    cuda.synchronize = lambda: setattr(cuda, "done", 10**9)  # type: ignore[method-assign]
+    timer = CudaTimer(rw, cuda)
+    rw.step_begin(0)
+    with timer.op("optimizer"):  # still running at the step end
+        pass
+    cuda.done = 0
+    rw.step_end()
+    rw.close()
+    assert issues[0] is not None and issues[0]["n"] == 1
+
+
 def test_close_waits_for_the_device_and_releases_every_end() -> None:
     sent: list[int] = []
 
