@@ -19,8 +19,10 @@ Cases:
   worker's group assignment to the last offset committed (committed = stored), and the
   worker's peak RSS (VmHWM): bounded memory means the N-times-longer replay peaks
   within a small constant of the 1x one. The worker's CPU counts embedded chDB's threads
-  (inserts, merges); ``records_per_interpreter_cpu_s`` leaves them out: what the worker
-  itself costs where the store is a ClickHouse server on its own machine.
+  (inserts, merges); ``records_per_interpreter_cpu_s`` leaves them out
+  (``timing.ThreadCpu``): an estimate of the worker's own cost with the store
+  elsewhere, which still counts the insert's work on the calling thread and leaves out
+  what sending to a ClickHouse server would cost (not measured).
 - ``floor``: the same ``--copies`` drained the same way by ``faust_floor.py``, a faust
   app with the worker's consumer settings that only acknowledges each message: CPU
   per message with nothing done, the floor under any faust worker's per-message cost.
@@ -85,10 +87,7 @@ from rankwatch.traceio import read_meta, read_trace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.devbroker import DevBroker, create_topics
 from support.workers import WorkerProcess, spread_jobs, uncommitted
-from timing import (  # benchmarks/timing.py (scripts run from this folder)
-    interpreter_cpu_s,
-    process_cpu_s,
-)
+from timing import ThreadCpu, process_cpu_s  # benchmarks/timing.py (run from this folder)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "stragglers"
 OPS_VERSION = 3
@@ -272,16 +271,18 @@ def drain(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
         )
         t0, cpu0 = time.monotonic(), process_cpu_s(worker.proc.pid)
-        own0 = interpreter_cpu_s(worker.proc.pid)
+        threads = ThreadCpu(worker.proc.pid)
         asyncio.run(_send_all(broker, topic, encoded))
         sent_s = time.monotonic() - t0
         while uncommitted(broker, f"{prefix}-workers", topic, 1) > 0:
             if time.monotonic() - t0 > 900:
                 raise RuntimeError(f"{name}: not drained in 900 s: {worker.status()}")
+            threads.sample()
             time.sleep(0.25)
         seconds = time.monotonic() - t0
         cpu = process_cpu_s(worker.proc.pid) - cpu0
-        own = interpreter_cpu_s(worker.proc.pid) - own0
+        threads.sample()
+        own = threads.seconds()
         status = worker.status()
         peak = _vmhwm_mib(worker.proc.pid)
     finally:

@@ -42,19 +42,33 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def interpreter_cpu_s(pid: int) -> float:
-    """CPU seconds so far of the threads of process ``pid`` that carry its own name: the
-    interpreter's threads. Embedded chDB names its threads (``ThreadPool``,
-    ``MergeMutate``...): the rest of ``process_cpu_s`` is the store's work, which a
-    ClickHouse server would do on its own machine. A thread that ended is not counted."""
-    name = Path(f"/proc/{pid}/comm").read_text()
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if (task / "comm").read_text() != name:
+class ThreadCpu:
+    """CPU seconds of the threads of process ``pid`` that carry its own name (the
+    interpreter's; embedded chDB names its threads ``ThreadPool``, ``MergeMutate``...),
+    from construction on. ``/proc/<pid>/stat`` keeps an ended thread's CPU but a
+    thread's own entry goes with it, so call :meth:`sample` often (a drain's wait loop):
+    a thread that ends is counted to its last sample. What this cannot split: work the
+    store does on the calling Python thread counts as the interpreter's, and so would a
+    native thread that never names itself."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.name = Path(f"/proc/{pid}/comm").read_text()
+        self.last: dict[int, int] = {}
+        self.sample()
+        self.first = dict(self.last)
+
+    def sample(self) -> None:
+        for task in Path(f"/proc/{self.pid}/task").iterdir():
+            try:
+                if (task / "comm").read_text() != self.name:
+                    continue
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
                 continue
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended meanwhile
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+            self.last[int(task.name)] = int(fields[11]) + int(fields[12])
+
+    def seconds(self) -> float:
+        """Since construction, up to the last sample."""
+        ticks = sum(v - self.first.get(tid, 0) for tid, v in self.last.items())
+        return ticks / os.sysconf("SC_CLK_TCK")
