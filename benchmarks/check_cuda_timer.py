@@ -31,6 +31,7 @@ from rankwatch.hooks.records import encode_ops
 from rankwatch.hooks.tracker import NOOP, RankWatch
 from rankwatch.hooks.transports import SinkTransport
 from rankwatch.schemas.codec import decode_ops
+from rankwatch.streams.slowdown.signals import RankStep, step_signals
 
 MS = 1_000_000
 
@@ -108,6 +109,7 @@ def main() -> int:
     report["long_steps"] = long = _long_steps(ident)
     report["issue_latency"] = _issue_latencies(ident)
     report["issue_latency_device_bound"] = _issue_latencies(ident, batch=64)
+    report["void"] = _voids(ident)
     checks["ops running past their step's end are sent with it"] = (
         long["late"] == 0 and long["published"] == 8
     )
@@ -213,12 +215,13 @@ def _primitive_costs(rw: RankWatch, timer: CudaTimer, n: int = 2000) -> dict[str
 
 class _Published:
     """A sink for the hooks' messages: the op records published, those published after
-    the message that said their step was done (late records), and how many issue
-    latencies each step's summary counts."""
+    the message that said their step was done (late records), how many issue latencies
+    each step's summary counts, and the summaries (``rank_steps``)."""
 
     def __init__(self) -> None:
         self.records, self.late, self.done = 0, 0, set[int]()
         self.issues: dict[int, int] = {}
+        self.rank_steps: list[dict[str, Any]] = []
 
     def __call__(self, kind: str, value: bytes) -> None:
         if kind == "ops":
@@ -228,6 +231,7 @@ class _Published:
             self.done.update(s for s, _ in batch.steps_done)
             for item in batch.rank_steps:
                 self.issues[item["step"]] = (item.get("issue") or {}).get("n", 0)
+            self.rank_steps.extend(batch.rank_steps)
 
 
 def _train_step(
@@ -334,6 +338,31 @@ def _issue_latencies(
             "issue_p99_us": round(statistics.median(n["issue"]["p99_ns"] for n in notes) / 1e3, 1),
             "step_ms": round(statistics.median(times[3:]), 2),
             "steps": len(notes),
+        }
+    return out
+
+
+def _voids(ident: Identity, steps: int = 12) -> dict[str, dict[str, float]]:
+    """What ``void-high`` reads (docs/detection.md, section 3: the step's time no timed op
+    covers) in the host-bound transformer step, healthy and with the 20-ms host stall,
+    from the ``rank_steps`` summaries the publisher writes: medians over ``steps`` steps
+    after 3 warm-up steps of ``max(v_hidden, v_minority)`` and of the step time."""
+    net = _small_transformer()
+    out: dict[str, dict[str, float]] = {}
+    for fault in ("healthy", "host stall 20 ms"):
+        sink = _Published()
+        rw = RankWatch(ident, SinkTransport(sink))
+        timer = CudaTimer(rw, torch.cuda)
+        for step in range(3 + steps):
+            _train_step(rw, timer, net, step, fault=fault)
+        rw.close()
+        items = [i for i in sink.rank_steps if i["step"] >= 3]
+        ranks = [RankStep(ident.job, 0, ident.host, 0, 0, i) for i in items]
+        signals = [s for rs in ranks for s in step_signals([rs])]
+        out[fault] = {
+            "void": round(statistics.median(max(s.v_hidden, s.v_minority) for s in signals), 3),
+            "step_ms": round(1e3 * statistics.median(s.t_step for s in signals), 2),
+            "steps": len(signals),
         }
     return out
 
