@@ -205,7 +205,8 @@ def _taken(rw: RankWatch) -> tuple[list[tuple[int, str]], list[int]]:
     return [(r[0], r[1]) for r in records], ends
 
 
-def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() -> None:
+def _late_optimizer_step() -> tuple[RankWatch, FakeCuda, CudaTimer]:
+    """Step 0 ended with its forward done and its optimizer still on the device."""
     rw = _tracker()
     cuda = FakeCuda()
     timer = CudaTimer(rw, cuda)  # the anchor: event 1
@@ -216,6 +217,11 @@ def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() 
         pass
     cuda.done = 3
     rw.step_end()
+    return rw, cuda, timer
+
+
+def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() -> None:
+    rw, cuda, timer = _late_optimizer_step()
     assert _taken(rw) == ([(0, "forward-compute")], [])  # no end: the optimizer is to come
     rw.step_begin(1)
     with timer.op("forward-compute", mb=0):  # the device is not done yet: still held
@@ -230,16 +236,7 @@ def test_a_step_whose_ops_are_still_on_the_device_ends_once_they_are_recorded() 
 
 
 def test_an_op_recorded_after_its_step_ended_counts_its_issue_latency_in_that_step() -> None:
-    rw = _tracker()
-    cuda = FakeCuda()
-    timer = CudaTimer(rw, cuda)  # the anchor: event 1
-    rw.step_begin(0)
-    with timer.op("forward-compute", mb=0):  # events 2, 3
-        pass
-    with timer.op("optimizer"):  # events 4, 5: still running at the step end
-        pass
-    cuda.done = 3
-    rw.step_end()
+    rw, cuda, timer = _late_optimizer_step()
     rw.step_begin(1)
     cuda.done = 10**9
     with timer.op("forward-compute", mb=0):  # step 0's optimizer is recorded first
