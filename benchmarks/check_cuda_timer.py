@@ -400,9 +400,28 @@ def _drift_us(timer: CudaTimer) -> float:
     event.record()
     event.synchronize()
     host = timer.rw.clock.read()
-    predicted = timer._anchor_raw + round(timer._anchor_event.elapsed_time(event) * MS)
-    return round((predicted - host) / 1000, 1)
+    return round((timer.host_ns(event) - host) / 1000, 1)
+
+
+def drift_study(seconds: float, every: float, reanchor_at: float) -> dict[str, Any]:
+    """(seconds since a fresh anchor, drift µs) every ``every`` s for ``seconds``, the
+    device idle between readings: how the device's clock moves against the host's, and
+    how far the anchor's host times are off once a second anchor at ``reanchor_at`` s
+    has measured the rate (``python3 benchmarks/check_cuda_timer.py --drift 180``)."""
+    ident = Identity(job="gpu-check", host="gpu", rank=0, dp_rank=0, pp_rank=0)
+    rw = RankWatch(ident, SinkTransport(lambda kind, value: None), start=False)
+    timer = CudaTimer(rw, torch.cuda)
+    began, out = time.monotonic(), []
+    while time.monotonic() - began < seconds:
+        time.sleep(every)
+        if not timer.rate_measured and time.monotonic() - began >= reanchor_at:
+            timer.anchor()
+        out.append((round(time.monotonic() - began, 1), _drift_us(timer)))
+    return {"rate_ppm": round((timer.rate - 1) * 1e6, 3), "drift_us": out}
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--drift":
+        print(json.dumps(drift_study(float(sys.argv[2]), every=5.0, reanchor_at=10.0)))
+        sys.exit(0)
     sys.exit(main())

@@ -3,10 +3,16 @@
 The training thread only records two events per op (asynchronous, no sync);
 :meth:`CudaTimer.collect` (a collector of the ``RankWatch``: called at each step end,
 never blocking) turns the events that completed into records: an event's host time is
-the anchor's host time plus the GPU time elapsed since the anchor event. The anchor is
-an event recorded on an idle device right after a synchronize, so it completes when the
-host reads its clock; it is renewed every ``anchor_every_s`` to bound drift between the
-two clocks.
+the anchor's host time plus the GPU time elapsed since the anchor event, scaled by the
+rate of the host's clock against the device's. The anchor is an event recorded on an
+idle device right after a synchronize, so it completes when the host reads its clock;
+it is renewed at a step end with nothing pending, ``first_anchor_s`` after the first
+and then every ``anchor_every_s``, and two anchors give the rate. The two clocks
+parted at 21 µs a second on an H100 and 12.5 on an H200, steadily: 1.3 ms by a 60-s
+renewal without the rate; with it, within 15 µs over 90 s on the H200
+(``benchmarks/README.md``, "Hooks"). A loop whose step ends always find ops pending
+never renews its anchor and never measures the rate: its times drift as before, and
+``elapsed_time`` (float32 ms) loses resolution as the anchor ages (0.25 ms an hour on).
 
 Ops still running on the device when their step ends (a loop with no synchronize)
 hold the step's end back (``RankWatch.holds``) until they are recorded, at a later
@@ -72,12 +78,17 @@ class CudaTimer:
     3-8 µs more than two reused ones (an H200 with torch 2.11: 34-50 µs per timed op
     reused, 38-58 new, 7-10 for the bare launch; ``benchmarks/README.md``, "Hooks")."""
 
+    MAX_RATE_ERROR = 1e-3
+    """A measured rate further than this from 1 (1,000 ppm; crystals differ by tens) is
+    taken for a bad reading, not a clock, and not used."""
+
     def __init__(
         self,
         rw: RankWatch,
         cuda: Any,
         anchor_every_s: float = 60.0,
         current_stream: Callable[[], Any] | None = None,
+        first_anchor_s: float = 10.0,
     ) -> None:
         """``current_stream``: what each event is recorded on (default: torch's current
         stream through :func:`stream_lookup`; None there: ``Event.record()`` finds it)."""
@@ -86,6 +97,12 @@ class CudaTimer:
         self._stream = current_stream or stream_lookup(cuda)
         self._free: list[Any] = []
         self.anchor_every_ns = int(anchor_every_s * 1e9)
+        self.first_anchor_ns = int(first_anchor_s * 1e9)
+        self.rate = 1.0
+        """Host ns per device ns, measured between the last two anchors (1.0 before)."""
+        self.rate_measured = False
+        self._anchor_event: Any = None
+        self._anchor_raw = 0
         self.pending: deque[tuple[_GpuOp, int, int, Any, Any, int]] = deque()
         self._open: list[tuple[_GpuOp, int, int, Any, int]] = []
         self.anchor()
@@ -98,13 +115,24 @@ class CudaTimer:
         return self._free.pop() if self._free else self.cuda.Event(enable_timing=True)
 
     def anchor(self) -> None:
-        """Tie GPU time to the host clock (synchronises the device: call it rarely)."""
+        """Tie GPU time to the host clock (synchronises the device: call it rarely); from
+        the second on, also measure the rate of the one against the other."""
         self.cuda.synchronize()
         event = self.cuda.Event(enable_timing=True)
         event.record()
         event.synchronize()
-        self._anchor_raw = self.rw.clock.read()
+        raw = self.rw.clock.read()
+        if self._anchor_event is not None:
+            device_ns = self._anchor_event.elapsed_time(event) * _MS
+            rate = (raw - self._anchor_raw) / device_ns if device_ns > 0 else 0.0
+            if abs(rate - 1.0) <= self.MAX_RATE_ERROR:
+                self.rate, self.rate_measured = rate, True
+        self._anchor_raw = raw
         self._anchor_event = event
+
+    def host_ns(self, event: Any) -> int:
+        """The host clock's raw reading when ``event`` (completed) happened on the device."""
+        return self._anchor_raw + round(self._anchor_event.elapsed_time(event) * _MS * self.rate)
 
     def op(self, optype: str, mb: int = -1, chunk: int | None = None) -> Any:
         """Like ``RankWatch.op`` but timed on the device's current stream."""
@@ -130,7 +158,8 @@ class CudaTimer:
 
         Returns how many are still pending. Re-anchors (a synchronize: only at a step
         end, ``reanchor``) when the anchor is old and nothing is pending (the anchor
-        event must stay valid for pending ops). Step ends that waited for the ops
+        event must stay valid for pending ops); a loop that always has ops pending at
+        its step ends keeps its first anchor and rate. Step ends that waited for the ops
         recorded are released (``RankWatch.release_ends``).
         """
         emitted = 0
@@ -139,8 +168,8 @@ class CudaTimer:
             if not end.query():
                 break
             self.pending.popleft()
-            t0 = self._anchor_raw + round(self._anchor_event.elapsed_time(start) * _MS)
-            t1 = t0 + round(start.elapsed_time(end) * _MS)
+            t0 = self.host_ns(start)
+            t1 = t0 + round(start.elapsed_time(end) * _MS * self.rate)
             if len(self._free) < self.MAX_FREE_EVENTS:  # both completed: safe to record again
                 self._free += (start, end)
             self.rw.emit(op.optype, seq, t0, t1, op.mb, op.chunk, op.gmc, step=step)
@@ -148,11 +177,8 @@ class CudaTimer:
             emitted += 1
         if emitted and self.rw.ends_held:
             self.rw.release_ends()
-        if (
-            reanchor
-            and not self.pending
-            and self.rw.clock.read() - self._anchor_raw > self.anchor_every_ns
-        ):
+        every = self.anchor_every_ns if self.rate_measured else self.first_anchor_ns
+        if reanchor and not self.pending and self.rw.clock.read() - self._anchor_raw > every:
             self.anchor()
         return len(self.pending)
 

@@ -111,6 +111,57 @@ def test_issue_latency_is_gpu_start_minus_cpu_launch() -> None:
     assert rw.notes.issue_ns == [anchor_raw + 2_000_000 - launch]
 
 
+def _drifting(ppm: float) -> tuple[RankWatch, FakeCuda, CudaTimer]:
+    """A timer whose host clock runs ``ppm`` faster than the device's (an H100 measured
+    21), anchored once at device time 2 ms."""
+    cuda = FakeCuda()
+    rw = _tracker(Clock(read=lambda: round(cuda.gpu_ms * 1e6 * (1 + ppm * 1e-6)), wall=lambda: 0))
+    return rw, cuda, CudaTimer(rw, cuda)
+
+
+def _start_raw(rw: RankWatch, timer: CudaTimer, idle_ms: float) -> int:
+    """The host time recorded for an op launched after ``idle_ms`` of device time."""
+    timer.cuda.gpu_ms += idle_ms
+    rw.step_begin(0)
+    with timer.op("forward-compute", mb=0):
+        pass
+    timer.collect(reanchor=False)
+    return int(rw.buffer.take()[0][-1][6] - rw.clock.shift_ns)
+
+
+def test_a_second_anchor_measures_the_clocks_rate_and_host_times_follow_it() -> None:
+    rw, cuda, timer = _drifting(100.0)
+    assert not timer.rate_measured
+    cuda.gpu_ms += 10_000.0  # 10 s of an idle device
+    timer.anchor()
+    assert timer.rate_measured and abs(timer.rate - 1.0001) < 1e-9
+    start = _start_raw(rw, timer, 60_000.0)  # a minute later: 6 ms of drift uncorrected
+    truth = round((cuda.gpu_ms - 2.0) * 1e6 * 1.0001)  # its start event: 2 ms before the end
+    assert abs(start - truth) <= 2
+
+
+def test_a_rate_far_from_one_is_taken_for_a_bad_reading() -> None:
+    _, cuda, timer = _drifting(5_000.0)  # 5,000 ppm: no crystal, a glitch
+    cuda.gpu_ms += 10_000.0
+    timer.anchor()
+    assert not timer.rate_measured and timer.rate == 1.0
+
+
+def test_the_first_renewal_comes_early_then_once_a_minute() -> None:
+    _, cuda, timer = _drifting(0.0)
+    first = timer._anchor_raw
+    cuda.gpu_ms += 9_000.0
+    timer.collect()  # 9 s: not yet
+    assert timer._anchor_raw == first
+    cuda.gpu_ms += 2_000.0
+    timer.collect()  # 11 s: renewed, rate measured
+    assert timer._anchor_raw > first and timer.rate_measured
+    second = timer._anchor_raw
+    cuda.gpu_ms += 30_000.0
+    timer.collect()  # 30 s later: not yet (every 60 s from now on)
+    assert timer._anchor_raw == second
+
+
 def test_completed_events_are_recorded_again_not_made_anew() -> None:
     """A new event costs the training thread more than a reused one: the events of
     collected ops are reused, and the times read from them are those of their new use."""
