@@ -286,16 +286,21 @@ class RankWatch:
         if not self.enabled:  # nothing recorded; the next step's T_inter starts here
             self._prev_end_ns, self.notes = self._read() + self.clock.shift_ns, StepNotes()
             return
-        for collect in self.collectors:
-            try:
-                collect()
-            except Exception as exc:  # never into training
-                self._warn(f"collector {collect!r} failed: {exc!r}")
+        self._call_each(self.collectors, "collector")
         end = self._read() + self.clock.shift_ns
         notes, self.notes = self.notes, StepNotes()
         self._held_ends.append((self.step, notes, end, self._prev_end_ns))
         self._prev_end_ns = end
         self.release_ends()
+
+    def _call_each(self, callbacks: list[Callable[[], object]], what: str) -> None:
+        """Call each of ``callbacks``; one that raises is warned about, never raised
+        into training."""
+        for call in callbacks:
+            try:
+                call()
+            except Exception as exc:
+                self._warn(f"{what} {call!r} failed: {exc!r}")
 
     @property
     def ends_held(self) -> bool:
@@ -333,11 +338,7 @@ class RankWatch:
             return self.publisher.snapshot()
         self._closed = True
         if self.enabled:
-            for finish in self.finishers:
-                try:
-                    finish()
-                except Exception as exc:  # never into training
-                    self._warn(f"finisher {finish!r} failed: {exc!r}")
+            self._call_each(self.finishers, "finisher")
         self.release_ends(force=True)
         was_on, self.enabled = self.enabled, False
         if not was_on:  # switched off: nothing was recorded, nothing to say
