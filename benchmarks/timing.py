@@ -38,8 +38,14 @@ def measure(fn: Callable[[], object], repeat: int) -> dict[str, float]:
 def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system, all its threads) process ``pid`` used so far: the
     benchmarks that time a worker or relay subprocess read it before and after."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_ticks(Path(f"/proc/{pid}/stat").read_text()) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(stat: str) -> int:
+    """User + system clock ticks in a ``/proc/.../stat`` line (after the command name,
+    which may hold spaces and parentheses)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
 
 
 class ThreadCpu:
@@ -63,10 +69,9 @@ class ThreadCpu:
             try:
                 if (task / "comm").read_text() != self.name:
                     continue
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                self.last[int(task.name)] = _cpu_ticks((task / "stat").read_text())
             except OSError:  # the thread ended meanwhile
                 continue
-            self.last[int(task.name)] = int(fields[11]) + int(fields[12])
 
     def seconds(self) -> float:
         """Since construction, up to the last sample."""
