@@ -75,10 +75,10 @@ class DetectorConfig:
     issue_ratio: float = 4.0
     issue_floor_us: float = 100.0
     issue_stall: bool = False
-    """Judge ``issue-stall`` at all. Off by default: on an H100 a host stall that slowed
-    host-bound steps by a fifth raised their p99 issue latency past the rule in one run
-    of two, and where the device is the bottleneck the latency is the launch queue's
-    depth, which the faults shorten (docs/detection.md, section 3)."""
+    """Judge ``issue-stall`` at all. Off by default: on H100s a host stall that made
+    host-bound steps 20-60% longer raised their p99 issue latency past the rule in one
+    run of seven, and where the device is the bottleneck the latency is the launch
+    queue's depth, which the faults shorten (docs/detection.md, section 3)."""
 
 
 @dataclass(frozen=True)
