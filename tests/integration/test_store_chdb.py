@@ -1,4 +1,7 @@
-"""The store on real embedded ClickHouse (chDB), a fresh data directory per test."""
+"""The store on real ClickHouse engines: embedded chDB (``chdb://``), a fresh data
+directory per test, and the same tests through the ``http://`` path, against chDB behind
+the HTTP endpoint of ``support/chdbhttp.py`` (a process of its own, a fresh database per
+test)."""
 
 from __future__ import annotations
 
@@ -9,12 +12,14 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.chdbhttp import ChdbHttp
 
 from rankwatch.commands import db as db_command
 from rankwatch.schemas.ddl import migrations, tables
@@ -30,9 +35,19 @@ NOW_NS = time.time_ns() // 10**9 * 10**9
 """Rows of tables with a TTL must be recent, or ClickHouse drops them on insert."""
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store.connect(f"chdb://{tmp_path / 'chdb'}", database="rw_test") as opened:
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChdbHttp]:
+    with ChdbHttp(tmp_path_factory.mktemp("chdbhttp")) as running:
+        yield running
+
+
+@pytest.fixture(params=["chdb", "http"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "chdb":
+        dsn, database = f"chdb://{tmp_path / 'chdb'}", "rw_test"
+    else:
+        dsn, database = request.getfixturevalue("endpoint").dsn(), f"rw_{uuid.uuid4().hex[:12]}"
+    with Store.connect(dsn, database=database) as opened:
         opened.migrate()
         yield opened
 
@@ -323,6 +338,8 @@ def _threads() -> list[tuple[str, int]]:
 def test_chdb_merges_run_at_the_housekeeping_nice_value(store: Store) -> None:
     """The thread names the store lowers are the ones chDB gives its merges (a chDB that
     renamed them would leave its merges competing with the worker, silently)."""
+    if store.housekeeping is None:
+        pytest.skip("embedded chDB's threads only")
     base = os.getpriority(os.PRIO_PROCESS, 0)
     if base >= 19:
         pytest.skip("this process runs at nice 19 already")

@@ -2,8 +2,9 @@
 integration tests and the stream benchmark; not part of the wheel).
 
 A worker runs as a real ``rankwatch worker`` subprocess; the test follows it through
-its health file (a chDB path belongs to one process, so the test cannot query the store
-while the worker runs) and through the consumer group's committed offsets.
+its health file (a chDB path belongs to one process, so the test cannot query an
+embedded store while the worker runs; one behind ``chdbhttp.py`` it can) and through the
+consumer group's committed offsets.
 """
 
 from __future__ import annotations

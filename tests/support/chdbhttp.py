@@ -1,0 +1,300 @@
+"""ClickHouse's HTTP interface, answered by chDB in a process of its own.
+
+Why: a deployed worker stores into a ClickHouse server, so the engine's work is not in the
+worker's process; embedded chDB (``chdb://``) puts it there, and allows one process per
+data path. This endpoint gives tests and benchmarks the deployed shape on this machine:
+the store's ``http://`` path exercised through clickhouse-connect's HTTP client, a
+worker's CPU measured without the engine's, and several processes sharing one store.
+
+**It is not a ClickHouse server.** It answers the part of the HTTP interface that
+clickhouse-connect uses: a statement in the ``query`` parameter, the body or both (an
+INSERT's data follows its statement), ``database``, ``default_format``, settings as
+parameters (applied with ``SET`` when the engine knows them), and an insert body's
+``Content-Encoding``. Statements run on one chDB connection, one at a time. Errors come
+back as a server's do: status 500, ``X-ClickHouse-Exception-Code`` and the message.
+Responses are not compressed.
+
+    python tests/support/chdbhttp.py --path DIR [--port 0] [--port-file F]
+
+A test helper, not part of the wheel (importable as ``support.chdbhttp`` under pytest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+_INSERT = re.compile(rb"^\s*(INSERT\s+INTO\s.*?)\s+FORMAT\s+(\w+)\s*?(?:\n|$)", re.I | re.S)
+_FORMAT = re.compile(r"\sFORMAT\s+(\w+)\s*;?\s*$", re.I)
+_CODE = re.compile(r"Code:\s*(\d+)")
+_NOT_SETTINGS = frozenset(
+    {"query", "database", "default_format", "query_id", "session_id", "session_timeout"}
+    | {"session_check", "compress", "decompress", "enable_http_compression", "user"}
+    | {"password", "wait_end_of_query", "send_progress_in_http_headers", "buffer_size"}
+    | {"http_headers_progress_interval_ms", "client_protocol_version", "quota_key"}
+)
+"""Request parameters that are part of the HTTP protocol, not engine settings."""
+
+
+def _decompress(data: bytes, encoding: str) -> bytes:
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return data
+    if encoding == "lz4":
+        import lz4.frame
+
+        return bytes(lz4.frame.decompress(data))
+    if encoding == "zstd":
+        try:
+            from compression import zstd  # type: ignore[import-not-found]
+        except ImportError:
+            from backports import zstd  # type: ignore[import-not-found,no-redef]
+        return bytes(zstd.decompress(data))
+    if encoding in ("gzip", "deflate"):
+        return zlib.decompress(data, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    if encoding == "br":
+        import brotli  # type: ignore[import-not-found]
+
+        return bytes(brotli.decompress(data))
+    raise ValueError(f"Content-Encoding {encoding!r} not supported")
+
+
+class Engine:
+    """One chDB connection, a statement at a time."""
+
+    def __init__(self, path: str) -> None:
+        import chdb
+
+        self._conn = chdb.connect(path)
+        self._lock = threading.Lock()
+        self._settings: frozenset[str] | None = None
+        self._database = "default"
+
+    def run(
+        self,
+        sql: str,
+        fmt: str,
+        database: str | None,
+        settings: Mapping[str, str],
+        values: Mapping[str, str] | None = None,
+    ) -> bytes:
+        """The statement's output in ``fmt`` (a FORMAT clause in it wins); ``values``
+        bind its ``{name:Type}`` placeholders."""
+        with self._lock:
+            if database and database != self._database:
+                self._conn.query(f"USE `{database}`", "TabSeparated")
+                self._database = database
+            for name, value in settings.items():
+                if name in self._known_settings():
+                    quoted = value.replace("\\", "\\\\").replace("'", "\\'")
+                    self._conn.query(f"SET {name} = '{quoted}'", "TabSeparated")
+            return self._conn.query(sql, fmt, params=dict(values or {})).bytes() or b""
+
+    def _known_settings(self) -> frozenset[str]:
+        if self._settings is None:
+            out = self._conn.query("SELECT name FROM system.settings", "TabSeparated")
+            self._settings = frozenset((out.bytes() or b"").decode().split())
+        return self._settings
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _handler(engine: Engine, spool: Path) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self._serve(b"")
+
+        def do_POST(self) -> None:
+            self._serve(self._body())
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _body(self) -> bytes:
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                parts = []
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip(), 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        break
+                    parts.append(self.rfile.read(size))
+                    self.rfile.readline()
+                raw = b"".join(parts)
+            else:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return _decompress(raw, self.headers.get("Content-Encoding", ""))
+
+        def _serve(self, body: bytes) -> None:
+            params = dict(parse_qsl(urlsplit(self.path).query, keep_blank_values=True))
+            query_id = params.get("query_id") or str(uuid.uuid4())
+            try:
+                output, fmt = self._execute(params, body)
+            except Exception as exc:  # the engine's refusal, or a request it cannot read
+                self._reply(500, str(exc).encode(), {"X-ClickHouse-Exception-Code": _code(exc)})
+                return
+            self._reply(
+                200,
+                output,
+                {
+                    "X-ClickHouse-Format": fmt,
+                    "X-ClickHouse-Timezone": "UTC",
+                    "X-ClickHouse-Query-Id": query_id,
+                    "X-ClickHouse-Summary": json.dumps({"read_rows": "0", "written_rows": "0"}),
+                },
+            )
+
+        def _execute(self, params: dict[str, str], body: bytes) -> tuple[bytes, str]:
+            statement = params.get("query", "").encode()
+            if statement and body:
+                statement += b" " if not _INSERT.match(statement) else b"\n"
+            text = statement + body
+            values = {k[6:]: v for k, v in params.items() if k.startswith("param_")}
+            settings = {
+                k: v
+                for k, v in params.items()
+                if k not in _NOT_SETTINGS and not k.startswith("param_")
+            }
+            database = params.get("database")
+            insert = _INSERT.match(text)
+            if insert is not None:
+                return self._insert(insert, text[insert.end() :], database, settings), ""
+            sql = text.decode()
+            fmt = params.get("default_format") or "TabSeparated"
+            named = _FORMAT.search(sql)
+            output = engine.run(sql, fmt, database, settings, values)
+            return output, named[1] if named else fmt
+
+        def _insert(
+            self, head: re.Match[bytes], data: bytes, database: str | None, settings: Any
+        ) -> bytes:
+            statement, fmt = head[1].decode(), head[2].decode()
+            with tempfile.NamedTemporaryFile(dir=spool, suffix=".in", delete=False) as tmp:
+                tmp.write(data)
+            try:
+                sql = f"{statement} FROM INFILE '{tmp.name}' FORMAT {fmt}"
+                return engine.run(sql, "TabSeparated", database, settings)
+            finally:
+                os.unlink(tmp.name)
+
+        def _reply(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain; charset=UTF-8")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Handler
+
+
+def _code(exc: Exception) -> str:
+    match = _CODE.search(str(exc))
+    return match[1] if match else "1000"
+
+
+def serve(path: Path, port: int, ready: Callable[[int], None]) -> None:
+    """Serve ``path``'s chDB on ``port`` (0: any free one) until killed."""
+    engine = Engine(str(path))
+    spool = path / "http-spool"
+    spool.mkdir(parents=True, exist_ok=True)
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine, spool))
+    ready(server.server_address[1])
+    try:
+        server.serve_forever()
+    finally:
+        engine.close()
+
+
+class ChdbHttp:
+    """The endpoint as a child process: ``with ChdbHttp(dir) as ep: ep.dsn``."""
+
+    def __init__(self, directory: Path | str, start_timeout_s: float = 60.0) -> None:
+        self.directory = Path(directory).resolve()
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def dsn(self, database: str = "rankwatch") -> str:
+        return f"http://default:@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> ChdbHttp:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        port_file = self.directory / "port"
+        port_file.unlink(missing_ok=True)
+        log = self.directory / "endpoint.log"
+        data = str(self.directory / "data")
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, __file__, "--path", data, "--port-file", str(port_file)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"chDB endpoint did not start: see {log}")
+            time.sleep(0.05)
+        self.port = int(port_file.read_text())
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> ChdbHttp:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", type=Path, required=True, help="chDB's data directory")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--port-file", type=Path, help="written with the port once serving")
+
+    def ready(port: int) -> None:
+        if args.port_file:
+            args.port_file.with_suffix(".tmp").write_text(str(port))
+            args.port_file.with_suffix(".tmp").replace(args.port_file)
+        print(f"serving chDB at {args.path} on http://127.0.0.1:{port}", flush=True)
+
+    args = parser.parse_args()
+    serve(args.path, args.port, ready)
+
+
+if __name__ == "__main__":
+    main()
