@@ -2,18 +2,25 @@
 once: each job is analysed by exactly one worker, and the results are those of a
 single uninterrupted run.
 
-Each worker has its own chDB path (one process owns a chDB path), so "stored once" is
-checked over the union of the two stores: no (job, step) in both, none missing.
+Twice: each worker with its own embedded chDB path (one process owns a chDB path), where
+"stored once" is checked over the union of the two stores (no (job, step) in both, none
+missing); and both workers storing into one store over HTTP, as a deployment's workers
+share a ClickHouse server (chDB behind ``support/chdbhttp.py``), where a step stored by
+both would show twice in the one table.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.chdbhttp import ChdbHttp
 from support.devbroker import create_topics
 from support.workers import (
     WorkerProcess,
@@ -26,6 +33,7 @@ from support.workers import (
 )
 
 from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARTITIONS = 4
@@ -35,16 +43,52 @@ def ops_partitions(status: dict, topic: str) -> set[str]:
     return {tp for tp in status.get("assigned", []) if tp.startswith(f"{topic}:")}
 
 
-def test_two_workers_split_the_jobs_and_agree_with_one(
-    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
-) -> None:
+@contextlib.contextmanager
+def store_dsns(layout: str, tmp_path: Path) -> Iterator[list[str]]:
+    """The two workers' stores: their own chDB paths, or one endpoint's database."""
+    if layout == "own":
+        yield [f"chdb://{tmp_path / name}" for name in ("a", "b")]
+        return
+    with ChdbHttp(tmp_path / "endpoint") as endpoint:
+        yield [endpoint.dsn()] * 2
+
+
+@pytest.fixture(scope="module")
+def replay() -> tuple[list[ReplayedBatch], dict[tuple[str, int], Any]]:
+    """Four jobs' batches, and the rows of one uninterrupted run of them."""
     batches = several_jobs(spread_jobs(4, PARTITIONS), steps=6, origin_ns=time.time_ns())
-    expected = reference_rows(batches)
+    return batches, reference_rows(batches)
+
+
+@pytest.mark.parametrize("layout", ["own", "shared"])
+def test_two_workers_split_the_jobs_and_agree_with_one(
+    kafka_broker: str,
+    tmp_path: Path,
+    artifacts_dir: Path,
+    replay: tuple[list[ReplayedBatch], dict[tuple[str, int], Any]],
+    layout: str,
+) -> None:
+    batches, expected = replay
+    with store_dsns(layout, tmp_path) as dsns:
+        statuses, rows = run_group(kafka_broker, batches, dsns, artifacts_dir)
+    assert all(s["steps_analysed"] > 0 for s in statuses), "both workers had jobs"
+    if layout == "own":
+        jobs = [{r["job"] for r in part} for part in rows]
+        assert not jobs[0] & jobs[1], "a job analysed by both workers"
+    every = [r for part in rows for r in part]
+    assert sorted((r["job"], r["step"]) for r in every) == sorted(expected)  # each once
+    assert_same_numbers(every, expected)
+
+
+def run_group(
+    kafka_broker: str, batches: list[ReplayedBatch], dsns: list[str], artifacts_dir: Path
+) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """Both workers through ``batches``: their last statuses, and the steps rows of
+    each distinct store."""
     prefix = f"g{uuid.uuid4().hex[:10]}"
     topic = f"{prefix}.ops"
     asyncio.run(create_topics(kafka_broker, [topic], PARTITIONS))
     asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
-    dsns = [f"chdb://{tmp_path / name}" for name in ("a", "b")]
     workers = [
         WorkerProcess(kafka_broker, prefix, dsn, artifacts_dir, name)
         for dsn, name in zip(dsns, ("a", "b"), strict=True)
@@ -64,11 +108,4 @@ def test_two_workers_split_the_jobs_and_agree_with_one(
     finally:
         for w in workers:
             w.stop()
-    assert all(s["steps_analysed"] > 0 for s in statuses), "both workers had jobs"
-
-    rows = [stored_steps(dsn) for dsn in dsns]
-    jobs = [{r["job"] for r in part} for part in rows]
-    assert not jobs[0] & jobs[1], "a job analysed by both workers"
-    keys = [(r["job"], r["step"]) for part in rows for r in part]
-    assert sorted(keys) == sorted(expected)  # each step once over both stores
-    assert_same_numbers(rows[0] + rows[1], expected)
+    return statuses, [stored_steps(dsn) for dsn in dict.fromkeys(dsns)]
