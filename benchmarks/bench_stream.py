@@ -22,7 +22,10 @@ Cases:
   (inserts, merges); ``records_per_interpreter_cpu_s`` leaves them out
   (``timing.ThreadCpu``): an estimate of the worker's own cost with the store
   elsewhere, which still counts the insert's work on the calling thread and leaves out
-  what sending to a ClickHouse server would cost (not measured).
+  what sending to a ClickHouse server would cost. ``--store http`` measures that: the
+  workers store over HTTP into chDB in a process of its own (``support/chdbhttp.py``,
+  pinned to the first core), and the drain reports what was stored (``stored_ops``,
+  ``stored_steps``, unmerged).
 - ``floor``: the same ``--copies`` drained the same way by ``faust_floor.py``, a faust
   app with the worker's consumer settings that only acknowledges each message: CPU
   per message with nothing done, the floor under any faust worker's per-message cost.
@@ -70,6 +73,7 @@ from rankwatch.schemas.codec import decode, encode_ops, encode_ops_bundle
 from rankwatch.sim import analyse
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.kit.output import Source
+from rankwatch.streams.kit.store import Store
 from rankwatch.streams.ops.alerts import StragglerAlerts
 from rankwatch.streams.ops.analyser import WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
@@ -85,6 +89,7 @@ from rankwatch.traceio import read_meta, read_trace
 
 # the dev broker and the worker helpers are test helpers (tests/support), not in the wheel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.chdbhttp import ChdbHttp
 from support.devbroker import DevBroker, create_topics
 from support.workers import WorkerProcess, spread_jobs, uncommitted
 from timing import ThreadCpu, process_cpu_s  # benchmarks/timing.py (run from this folder)
@@ -96,6 +101,19 @@ OPS_VERSION = 3
 
 def _encode(batch: Any) -> bytes:
     return encode_ops(batch, version=OPS_VERSION)
+
+
+ENDPOINT: ChdbHttp | None = None
+"""``--store http``: the workers' store, chDB behind an HTTP endpoint in its own process
+(pinned to the first core, away from the worker's), as a ClickHouse server would be."""
+
+
+def _dsn(work: Path, name: str) -> str:
+    """Where worker ``name`` stores: its own chDB path, or its own database through the
+    endpoint (``--store http``)."""
+    if ENDPOINT is None:
+        return f"chdb://{work / name}"
+    return ENDPOINT.dsn(database=f"bench_{name}")
 
 
 RELAY: RelayRule | None = None
@@ -264,8 +282,7 @@ def drain(
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     records = sum(len(b.batch) for b in batches)
     encoded = _encoded(batches)
-    dsn = f"chdb://{work / name}"
-    worker = _pinned(WorkerProcess(broker, prefix, dsn, work, name, argv, **env))
+    worker = _pinned(WorkerProcess(broker, prefix, _dsn(work, name), work, name, argv, **env))
     try:
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
@@ -289,6 +306,7 @@ def drain(
         worker.stop()
     return {
         "records": records,
+        **_stored(work, name),
         "messages": len(encoded),
         "steps": status.get("steps_analysed"),
         "flushes": status.get("flushes"),  # as of the last health file: one a tick or so
@@ -303,6 +321,18 @@ def drain(
         "cpu_us_per_message": 1e6 * cpu / len(encoded),
         "peak_rss_mib": peak,
     }
+
+
+def _stored(work: Path, name: str) -> dict[str, int]:
+    """What worker ``name`` stored (op records, steps) when its store is the endpoint,
+    which this process may read (an embedded path is one process's; not read); unmerged,
+    so a record or step stored twice counts twice."""
+    if ENDPOINT is None:
+        return {}
+    with Store.connect(_dsn(work, name)) as store:
+        ops = store.query("SELECT count() AS n FROM ops")[0]["n"]
+        steps = store.query("SELECT count() AS n FROM steps")[0]["n"]
+    return {"stored_ops": int(ops), "stored_steps": int(steps)}
 
 
 FLOOR_APP = [sys.executable, str(Path(__file__).with_name("faust_floor.py")), "worker"]
@@ -324,7 +354,7 @@ def group(
     cores = os.cpu_count() or 1
     procs = [
         _pinned(
-            WorkerProcess(broker, prefix, f"chdb://{work / f'{name}{i}'}", work, f"{name}{i}"),
+            WorkerProcess(broker, prefix, _dsn(work, f"{name}{i}"), work, f"{name}{i}"),
             core=(i if workers > 1 else cores - 1) % cores,
         )
         for i in range(workers)
@@ -427,7 +457,7 @@ def latency(
     asyncio.run(create_topics(broker, [topic], 1))
     asyncio.run(create_topics(broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
     env = {} if tick_s is None else {"RANKWATCH_TICK_S": str(tick_s)}
-    worker = _pinned(WorkerProcess(broker, prefix, f"chdb://{work / 'lat'}", work, "lat", **env))
+    worker = _pinned(WorkerProcess(broker, prefix, _dsn(work, "lat"), work, "lat", **env))
     try:
         worker.wait_for(
             lambda s: any(a.startswith(topic) for a in s.get("assigned", [])), 120, "join"
@@ -541,11 +571,15 @@ def _job_shape(trace: Any, batches: list[ReplayedBatch], time_scale: float) -> d
 def _pinned(worker: WorkerProcess, core: int | None = None) -> WorkerProcess:
     """Pin the worker (and its threads) to ``core`` (default: the last one), when
     taskset exists."""
-    if shutil.which("taskset"):
-        cpu = str((os.cpu_count() or 1) - 1 if core is None else core)
-        subprocess.run(["taskset", "-a", "-p", "-c", cpu, str(worker.proc.pid)], check=False,
-                       capture_output=True)  # fmt: skip
+    _pin(worker.proc.pid, (os.cpu_count() or 1) - 1 if core is None else core)
     return worker
+
+
+def _pin(pid: int, core: int) -> None:
+    """Pin process ``pid`` and its threads to ``core``, when taskset exists."""
+    if shutil.which("taskset"):
+        subprocess.run(["taskset", "-a", "-p", "-c", str(core), str(pid)], check=False,
+                       capture_output=True)  # fmt: skip
 
 
 def _vmhwm_mib(pid: int) -> float | None:
@@ -621,13 +655,20 @@ def main() -> int:
         default="core,kafka-1x,kafka-Nx,latency",
         help="comma-separated subset of core, shell, floor, kafka-1x, kafka-Nx, latency, group",
     )
+    parser.add_argument(
+        "--store",
+        default="chdb",
+        choices=("chdb", "http"),
+        help="the Kafka cases' workers store into embedded chDB (their own process), or "
+        "through HTTP into chDB in a process of its own (tests/support/chdbhttp.py)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="group case: runs of each")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
     )
     args = parser.parse_args()
-    global OPS_VERSION, RELAY
+    global OPS_VERSION, RELAY, ENDPOINT
     OPS_VERSION = args.ops_version
     RELAY = RelayRule(linger_s=args.relay_s) if args.relay_s > 0 else None
     cases = set(args.cases.split(","))
@@ -659,6 +700,10 @@ def main() -> int:
     broker = DevBroker(work / "kafka")
     try:
         bootstrap = broker.start()
+        if args.store == "http":
+            ENDPOINT = ChdbHttp(work / "endpoint").start()
+            _pin(ENDPOINT.process.pid if ENDPOINT.process else 0, 0)
+        results["store"] = args.store
         if "kafka-1x" in cases or ("latency" in cases and not (args.rate or args.step_s)):
             results["kafka-1x"] = drain(bootstrap, one, work, "x1")
         if "kafka-Nx" in cases or "floor" in cases:
@@ -693,6 +738,8 @@ def main() -> int:
                 **latency(bootstrap, live, origin, work, args.tick_s),
             }
     finally:
+        if ENDPOINT is not None:
+            ENDPOINT.stop()
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()[0]
