@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from support.chdbhttp import ChdbHttp
+from support.chdbhttp import endpoint
 from support.devbroker import create_topics
 from support.memstore import MemoryStore
 from support.workers import read_topic
@@ -107,8 +107,8 @@ def store_for(after: str, tmp_path: Path) -> Iterator[str]:
     if after == "restart":
         yield f"chdb://{tmp_path / 'chdb'}"
         return
-    with ChdbHttp(tmp_path / "endpoint") as endpoint:
-        yield endpoint.dsn()
+    with endpoint(tmp_path / "endpoint") as serving:
+        yield serving.dsn()
 
 
 def wait_status(

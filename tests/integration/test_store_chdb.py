@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.chdbhttp import ChdbHttp
+from support.chdbhttp import ChdbHttp, endpoint
 
 from rankwatch.commands import db as db_command
 from rankwatch.schemas.ddl import migrations, tables
@@ -36,8 +36,8 @@ NOW_NS = time.time_ns() // 10**9 * 10**9
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChdbHttp]:
-    with ChdbHttp(tmp_path_factory.mktemp("chdbhttp")) as running:
+def http_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChdbHttp]:
+    with endpoint(tmp_path_factory.mktemp("chdbhttp")) as running:
         yield running
 
 
@@ -46,7 +46,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "chdb":
         dsn, database = f"chdb://{tmp_path / 'chdb'}", "rw_test"
     else:
-        dsn, database = request.getfixturevalue("endpoint").dsn(), f"rw_{uuid.uuid4().hex[:12]}"
+        dsn = request.getfixturevalue("http_endpoint").dsn()
+        database = f"rw_{uuid.uuid4().hex[:12]}"
     with Store.connect(dsn, database=database) as opened:
         opened.migrate()
         yield opened

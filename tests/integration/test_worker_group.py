@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.chdbhttp import ChdbHttp
+from support.chdbhttp import endpoint
 from support.devbroker import create_topics
 from support.workers import (
     WorkerProcess,
@@ -49,8 +49,8 @@ def store_dsns(layout: str, tmp_path: Path) -> Iterator[list[str]]:
     if layout == "own":
         yield [f"chdb://{tmp_path / name}" for name in ("a", "b")]
         return
-    with ChdbHttp(tmp_path / "endpoint") as endpoint:
-        yield [endpoint.dsn()] * 2
+    with endpoint(tmp_path / "endpoint") as serving:
+        yield [serving.dsn()] * 2
 
 
 @pytest.fixture(scope="module")

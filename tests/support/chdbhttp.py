@@ -22,6 +22,7 @@ A test helper, not part of the wheel (importable as ``support.chdbhttp`` under p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -32,10 +33,9 @@ import threading
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -227,7 +227,7 @@ def serve(path: Path, port: int, ready: Callable[[int], None]) -> None:
 
 
 class ChdbHttp:
-    """The endpoint as a child process: ``with ChdbHttp(dir) as ep: ep.dsn``."""
+    """The endpoint as a child process (``start``, ``stop``; or ``with endpoint(dir)``)."""
 
     def __init__(self, directory: Path | str, start_timeout_s: float = 60.0) -> None:
         self.directory = Path(directory).resolve()
@@ -268,16 +268,15 @@ class ChdbHttp:
                 self.process.kill()
                 self.process.wait()
 
-    def __enter__(self) -> ChdbHttp:
-        return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+@contextlib.contextmanager
+def endpoint(directory: Path | str) -> Iterator[ChdbHttp]:
+    """An endpoint serving ``directory`` for the ``with`` block."""
+    running = ChdbHttp(directory).start()
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 def main() -> None:
