@@ -446,11 +446,40 @@ def _identifier(name: str) -> str:
     return name
 
 
+SERVER_BUSY_CODES: frozenset[int] = frozenset(
+    {159, 201, 202, 203, 209, 210, 241, 242, 244, 252, 279, 285, 289, 319, 369, 394, 439}
+    | {745, 999}
+)
+"""ClickHouse error codes that say the server cannot take a statement *now*, not that the
+statement or its data is wrong: waiting helps. By name (the engine's own
+``errorCodeToName``): TIMEOUT_EXCEEDED, QUOTA_EXCEEDED, TOO_MANY_SIMULTANEOUS_QUERIES,
+NO_FREE_CONNECTION, SOCKET_TIMEOUT, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED,
+TABLE_IS_READ_ONLY, UNEXPECTED_ZOOKEEPER_ERROR, TOO_MANY_PARTS,
+ALL_CONNECTION_TRIES_FAILED, TOO_FEW_LIVE_REPLICAS, REPLICA_IS_NOT_IN_QUORUM,
+UNKNOWN_STATUS_OF_INSERT, ALL_REPLICAS_ARE_STALE, QUERY_WAS_CANCELLED (a server shutting
+down), CANNOT_SCHEDULE_TASK, SERVER_OVERLOADED, KEEPER_EXCEPTION. A server under insert
+load answers TOO_MANY_PARTS: taken for a rejection of the rows, it cost the worker a
+flush's rows for good (the delivery drops what the store refuses for good)."""
+
+_CODE = re.compile(r"\bCode: (\d+)")
+_GATEWAY = re.compile(r"HTTP status 50[234]\b")
+"""A proxy in front of the server (502, 503, 504) answering for it."""
+
+
 def _transient(exc: BaseException) -> bool:
-    """Connection-level failures (clickhouse-connect's OperationalError), not SQL or data."""
+    """Whether waiting may help: the connection failed (clickhouse-connect's
+    OperationalError, which also covers its own retries of 429, 503 and 504), the server
+    said it is busy (:data:`SERVER_BUSY_CODES`), or a proxy answered 5xx for it. Not an
+    error in the statement or the data."""
     from clickhouse_connect.driver.exceptions import OperationalError
 
-    return isinstance(exc, OperationalError | ConnectionError | TimeoutError)
+    if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
+        return True
+    code = getattr(exc, "code", None)
+    if not isinstance(code, int):
+        found = _CODE.search(str(exc))
+        code = int(found[1]) if found else None
+    return code in SERVER_BUSY_CODES or bool(_GATEWAY.search(str(exc)))
 
 
 def _why(exc: BaseException) -> str:
