@@ -1,6 +1,9 @@
-"""ClickHouse unavailable when the worker starts (its chDB path held by another
-process, the transient failure chDB has), then back: the worker retries with growing
-backoff, commits no offset while nothing is stored, then stores every step once."""
+"""ClickHouse unavailable, then back: the worker retries with growing backoff, commits
+no offset while what it read is not stored, then stores every step once.
+
+Embedded chDB is unavailable when its path is held by another process, at the worker's
+start; a server (here chDB behind the HTTP endpoint of ``support/chdbhttp.py``) can also
+refuse inserts while it is loaded, or go away mid-run."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.chdbhttp import ChdbHttp
 from support.devbroker import create_topics
 from support.workers import (
     WorkerProcess,
@@ -61,3 +65,55 @@ def test_store_outage_is_waited_out_without_committing_or_losing(
     rows = stored_steps(dsn)
     assert sorted((r["job"], r["step"]) for r in rows) == sorted(expected)
     assert_same_numbers(rows, expected)
+
+
+def test_a_busy_then_absent_server_costs_no_rows(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """A ClickHouse server (chDB behind ``support/chdbhttp.py``) that first refuses
+    inserts as a loaded server does (TOO_MANY_PARTS), then goes away mid-run and comes
+    back on the same address: the worker keeps the rows, commits nothing they feed,
+    and stores every step once, as an uninterrupted run does."""
+    batches = several_jobs(["job-0", "job-1"], steps=6, origin_ns=time.time_ns())
+    expected = reference_rows(batches)
+    steps = sorted({b.batch.step_span[0] for b in batches})
+    parts = [[b for b in batches if b.batch.step_span[0] in chunk] for chunk in _thirds(steps)]
+    prefix = f"o{uuid.uuid4().hex[:10]}"
+    topic, group = f"{prefix}.ops", f"{prefix}-workers"
+    asyncio.run(create_topics(kafka_broker, [topic], 2))
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    server = ChdbHttp(tmp_path / "endpoint").start()
+    worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
+    try:
+        worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
+        publish(kafka_broker, parts[0], topic=topic)
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+
+        server.refuse_inserts(252, 3)  # TOO_MANY_PARTS, three times
+        publish(kafka_broker, parts[1], topic=topic)
+        busy = worker.wait_for(lambda s: s.get("store_failures", 0) >= 3, 60, "refusals")
+        assert "Code: 252" in busy["last_error"], busy
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+        assert server.refusals_left() == 0
+
+        server.stop()
+        failures = worker.status().get("store_failures", 0)
+        publish(kafka_broker, parts[2], topic=topic)
+        worker.wait_for(lambda s: s.get("store_failures", 0) > failures, 60, "the outage")
+        assert uncommitted(kafka_broker, group, topic, 2) > 0  # nothing stored: held
+        server.start()
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+        status = worker.settled()
+        worker.stop()
+        assert status["rows_dropped"] == 0, status
+        rows = stored_steps(server.dsn())
+    finally:
+        worker.stop()
+        server.stop()
+    assert sorted((r["job"], r["step"]) for r in rows) == sorted(expected)  # each once
+    assert_same_numbers(rows, expected)
+
+
+def _thirds(items: list[int]) -> list[list[int]]:
+    n = len(items)
+    return [items[: n // 3], items[n // 3 : 2 * n // 3], items[2 * n // 3 :]]

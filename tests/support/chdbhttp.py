@@ -14,6 +14,9 @@ parameters (applied with ``SET`` when the engine knows them), and an insert body
 back as a server's do: status 500, ``X-ClickHouse-Exception-Code`` and the message.
 Responses are not compressed.
 
+For tests of a busy server, :meth:`ChdbHttp.refuse_inserts` makes the next inserts fail
+with a given ClickHouse error code, as a loaded server refuses them (TOO_MANY_PARTS...).
+
     python tests/support/chdbhttp.py --path DIR [--port 0] [--port-file F]
 
 A test helper, not part of the wheel (importable as ``support.chdbhttp`` under pytest).
@@ -26,6 +29,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -115,7 +119,34 @@ class Engine:
         self._conn.close()
 
 
-def _handler(engine: Engine, spool: Path) -> type[BaseHTTPRequestHandler]:
+class Refusals:
+    """Inserts to refuse: ``<dir>/refuse`` holds "code count" (written by the test)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def next(self) -> int | None:
+        """The code to refuse this insert with, or None; counts the refusal down."""
+        with self._lock:
+            try:
+                code, count = (int(v) for v in self.path.read_text().split())
+            except (OSError, ValueError):
+                return None
+            if count <= 0:
+                return None
+            self.path.write_text(f"{code} {count - 1}")
+            return code
+
+
+class Refused(Exception):
+    """An insert refused on the test's request, with a server's error code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"Code: {code}. DB::Exception: refused on request (chdbhttp). ")
+
+
+def _handler(engine: Engine, spool: Path, refusals: Refusals) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -188,6 +219,9 @@ def _handler(engine: Engine, spool: Path) -> type[BaseHTTPRequestHandler]:
             self, head: re.Match[bytes], data: bytes, database: str | None, settings: Any
         ) -> bytes:
             statement, fmt = head[1].decode(), head[2].decode()
+            code = refusals.next()
+            if code is not None:
+                raise Refused(code)
             with tempfile.NamedTemporaryFile(dir=spool, suffix=".in", delete=False) as tmp:
                 tmp.write(data)
             try:
@@ -218,7 +252,9 @@ def serve(path: Path, port: int, ready: Callable[[int], None]) -> None:
     engine = Engine(str(path))
     spool = path / "http-spool"
     spool.mkdir(parents=True, exist_ok=True)
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine, spool))
+    refusals = Refusals(path.parent / "refuse")
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine, spool, refusals))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # close chDB on the way out
     ready(server.server_address[1])
     try:
         server.serve_forever()
@@ -239,14 +275,17 @@ class ChdbHttp:
         return f"http://default:@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> ChdbHttp:
+        """Start serving; again after :meth:`stop`, on the same port and data (the
+        DSN a worker holds works again)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         port_file = self.directory / "port"
         port_file.unlink(missing_ok=True)
         log = self.directory / "endpoint.log"
-        data = str(self.directory / "data")
+        argv = [sys.executable, __file__, "--path", str(self.directory / "data")]
+        argv += ["--port-file", str(port_file), "--port", str(self.port)]
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, __file__, "--path", data, "--port-file", str(port_file)],
+                argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -258,6 +297,18 @@ class ChdbHttp:
             time.sleep(0.05)
         self.port = int(port_file.read_text())
         return self
+
+    def refuse_inserts(self, code: int, count: int) -> None:
+        """Refuse the next ``count`` inserts with ClickHouse error ``code``."""
+        tmp = self.directory / "refuse.tmp"
+        tmp.write_text(f"{code} {count}")
+        tmp.replace(self.directory / "refuse")
+
+    def refusals_left(self) -> int:
+        try:
+            return int((self.directory / "refuse").read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
