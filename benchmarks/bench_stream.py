@@ -25,7 +25,7 @@ Cases:
   what sending to a ClickHouse server would cost. ``--store http`` measures that: the
   workers store over HTTP into chDB in a process of its own (``support/chdbhttp.py``,
   pinned to the first core), and the drain reports what was stored (``stored_ops``,
-  ``stored_steps``, unmerged).
+  ``stored_steps``, unmerged); ``--store-dsn`` names your own ClickHouse server instead.
 - ``floor``: the same ``--copies`` drained the same way by ``faust_floor.py``, a faust
   app with the worker's consumer settings that only acknowledges each message: CPU
   per message with nothing done, the floor under any faust worker's per-message cost.
@@ -103,17 +103,22 @@ def _encode(batch: Any) -> bytes:
     return encode_ops(batch, version=OPS_VERSION)
 
 
-ENDPOINT: ChdbHttp | None = None
-"""``--store http``: the workers' store, chDB behind an HTTP endpoint in its own process
-(pinned to the first core, away from the worker's), as a ClickHouse server would be."""
+SERVER: str | None = None
+"""The workers' ClickHouse server, ``http(s)://user:password@host:port`` without a
+database: ``--store http`` (chDB behind an HTTP endpoint in its own process, pinned to
+the first core, away from the worker's) or ``--store-dsn`` (yours); None: embedded."""
 
 
 def _dsn(work: Path, name: str) -> str:
-    """Where worker ``name`` stores: its own chDB path, or its own database through the
-    endpoint (``--store http``)."""
-    if ENDPOINT is None:
+    """Where worker ``name`` stores: its own chDB path, or its own database on the
+    server."""
+    if SERVER is None:
         return f"chdb://{work / name}"
-    return ENDPOINT.dsn(database=f"bench_{name}")
+    return f"{SERVER}/bench_{name}_{RUN}"
+
+
+RUN = uuid.uuid4().hex[:8]
+"""Names this invocation's databases on a server (runs must not share one)."""
 
 
 RELAY: RelayRule | None = None
@@ -324,10 +329,10 @@ def drain(
 
 
 def _stored(work: Path, name: str) -> dict[str, int]:
-    """What worker ``name`` stored (op records, steps) when its store is the endpoint,
-    which this process may read (an embedded path is one process's; not read); unmerged,
-    so a record or step stored twice counts twice."""
-    if ENDPOINT is None:
+    """What worker ``name`` stored (op records, steps) when its store is a server, which
+    this process may read (an embedded path is one process's; not read); unmerged, so a
+    record or step stored twice counts twice."""
+    if SERVER is None:
         return {}
     with Store.connect(_dsn(work, name)) as store:
         ops = store.query("SELECT count() AS n FROM ops")[0]["n"]
@@ -662,13 +667,19 @@ def main() -> int:
         help="the Kafka cases' workers store into embedded chDB (their own process), or "
         "through HTTP into chDB in a process of its own (tests/support/chdbhttp.py)",
     )
+    parser.add_argument(
+        "--store-dsn",
+        help="the Kafka cases' workers store into this ClickHouse server instead "
+        "(http(s)://user:password@host:port, no database: each worker gets its own, "
+        "bench_<case>_<run>, left there)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="group case: runs of each")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--without-ops", action="store_true", help="also drain 1x with raw ops not stored"
     )
     args = parser.parse_args()
-    global OPS_VERSION, RELAY, ENDPOINT
+    global OPS_VERSION, RELAY, SERVER
     OPS_VERSION = args.ops_version
     RELAY = RelayRule(linger_s=args.relay_s) if args.relay_s > 0 else None
     cases = set(args.cases.split(","))
@@ -697,13 +708,16 @@ def main() -> int:
         many = list(replay_repeated(trace, meta, "bench", time.time_ns(), args.copies, rule, scale))
         results[f"shell-{args.copies}x"] = shell(many, work)
         del many
-    broker = DevBroker(work / "kafka")
+    broker, endpoint = DevBroker(work / "kafka"), None
     try:
         bootstrap = broker.start()
-        if args.store == "http":
-            ENDPOINT = ChdbHttp(work / "endpoint").start()
-            _pin(ENDPOINT.process.pid if ENDPOINT.process else 0, 0)
-        results["store"] = args.store
+        if args.store_dsn:
+            SERVER = args.store_dsn.rstrip("/")
+        elif args.store == "http":
+            endpoint = ChdbHttp(work / "endpoint").start()
+            _pin(endpoint.process.pid if endpoint.process else 0, 0)
+            SERVER = endpoint.dsn(database="").rstrip("/")
+        results["store"] = "server" if args.store_dsn else args.store
         if "kafka-1x" in cases or ("latency" in cases and not (args.rate or args.step_s)):
             results["kafka-1x"] = drain(bootstrap, one, work, "x1")
         if "kafka-Nx" in cases or "floor" in cases:
@@ -738,8 +752,8 @@ def main() -> int:
                 **latency(bootstrap, live, origin, work, args.tick_s),
             }
     finally:
-        if ENDPOINT is not None:
-            ENDPOINT.stop()
+        if endpoint is not None:
+            endpoint.stop()
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()[0]
