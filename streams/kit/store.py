@@ -461,7 +461,6 @@ down), CANNOT_SCHEDULE_TASK, SERVER_OVERLOADED, KEEPER_EXCEPTION. A server under
 load answers TOO_MANY_PARTS: taken for a rejection of the rows, it cost the worker a
 flush's rows for good (the delivery drops what the store refuses for good)."""
 
-_CODE = re.compile(r"\bCode: (\d+)")
 _GATEWAY = re.compile(r"HTTP status 50[234]\b")
 """A proxy in front of the server (502, 503, 504) answering for it."""
 
@@ -475,11 +474,8 @@ def _transient(exc: BaseException) -> bool:
 
     if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
         return True
-    code = getattr(exc, "code", None)
-    if not isinstance(code, int):
-        found = _CODE.search(str(exc))
-        code = int(found[1]) if found else None
-    return code in SERVER_BUSY_CODES or bool(_GATEWAY.search(str(exc)))
+    # clickhouse-connect sets ``code`` on its errors, over HTTP and from chDB alike
+    return getattr(exc, "code", None) in SERVER_BUSY_CODES or bool(_GATEWAY.search(str(exc)))
 
 
 def _why(exc: BaseException) -> str:

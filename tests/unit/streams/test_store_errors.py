@@ -23,7 +23,7 @@ from rankwatch.streams.kit.store import SERVER_BUSY_CODES, _transient
         TimeoutError("timed out"),
         DatabaseError("Received ClickHouse exception, code: 252, ...", code=252),
         DatabaseError("Received ClickHouse exception, code: 241, ...", code=241),
-        DatabaseError("Code: 202. DB::Exception: Too many simultaneous queries"),  # no .code
+        DatabaseError("Code: 202. DB::Exception: Too many simultaneous queries", code=202),
         DatabaseError("HTTP driver received HTTP status 502, server response: Bad Gateway"),
     ],
 )
