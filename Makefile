@@ -24,7 +24,7 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/rankwatch demo
 
 test: install kafka-fetch browser lint typecheck
-	$(PY) -m pytest -p no:cacheprovider --timeout=600 tests
+	scripts/pytest-suite.sh $(PY)
 	$(MAKE) --no-print-directory wheel-check
 
 lint: install
