@@ -172,6 +172,7 @@ class Store:
         except StoreError:
             self.close()
             raise
+        _load_insert_modules()
         return self
 
     def close(self) -> None:
@@ -220,8 +221,24 @@ class Store:
                 ddl.BOOKKEEPING_TABLE, [{"name": migration.name, "checksum": migration.checksum}]
             )
             done.append(migration.name)
-        self._columns.clear()
+        self._columns = self._all_columns()
         return done
+
+    def _all_columns(self) -> dict[str, tuple[Column, ...]]:
+        """Every table's columns in one query: ``DESCRIBE`` of each table at its first
+        insert was a round trip per table inside a new worker's first flush (on a
+        server, eight of them before the first step's rows could be stored)."""
+        rows = self.query(
+            "SELECT table, name, type, default_kind FROM system.columns"
+            " WHERE database = {database:String} ORDER BY table, position",
+            {"database": self.database},
+        )
+        out: dict[str, list[Column]] = {}
+        for row in rows:
+            out.setdefault(row["table"], []).append(
+                Column(row["name"], row["type"], row["default_kind"])
+            )
+        return {table: tuple(columns) for table, columns in out.items()}
 
     def columns(self, table: str) -> tuple[Column, ...]:
         """The columns of ``table`` (``DESCRIBE``, cached for the life of the store)."""
@@ -357,6 +374,22 @@ def _to_engine(column: Column, values: ColumnValues) -> Sequence[Any] | np.ndarr
 
 
 _OPS_INSERT = {"optimize_on_insert": 0}
+
+
+def _load_insert_modules() -> None:
+    """Import now what the first insert would otherwise import: pyarrow (our columns) and
+    pandas, which clickhouse-connect resolves on its first insert (to test whether the
+    data is a DataFrame) when it is installed, as chDB installs it. At the first insert
+    that was 0.3 s of a core inside a new worker's first step (benchmarks/README.md,
+    "Connecting is starting"); at connect it is part of starting up."""
+    import pyarrow  # noqa: F401
+
+    try:
+        from clickhouse_connect.driver import options
+    except ImportError:  # another layout of the client: its first insert imports them
+        return
+    getattr(options, "pd", None)  # the module resolves it lazily, on first access
+
 
 _ARROW_NUMBERS = {
     **{f"Int{bits}": f"int{bits}" for bits in (8, 16, 32, 64)},

@@ -27,7 +27,9 @@ from rankwatch.schemas.examples import T0_NS, example, example_batch
 from rankwatch.schemas.tables import CONTRACTS
 from rankwatch.streams.kit.housekeeping import BACKGROUND_THREADS
 from rankwatch.streams.kit.output import alert_row
-from rankwatch.streams.kit.store import Store, StoreError
+from rankwatch.streams.kit.store import Column, Store, StoreError
+from rankwatch.streams.ops.pipeline import JobHistory
+from rankwatch.streams.ops.recovery import load_history
 
 pytestmark = pytest.mark.integration
 
@@ -90,6 +92,31 @@ def test_the_engine_sees_the_declared_tables(store: Store) -> None:
             {"db": store.database, "t": name},
         )
         assert tuple(engine[0]["sorting_key"].split(", ")) == declared.order_by, name
+
+
+def test_migrate_reads_the_columns_that_describe_reports(store: Store) -> None:
+    """One query at migrate stands for a ``DESCRIBE`` per table at its first insert: the
+    same columns, in order, with the same kinds of default."""
+    for name in [*tables(), "schema_migrations"]:
+        rows = store.query(f"DESCRIBE TABLE {name}")
+        described = tuple(Column(r["name"], r["type"], r["default_type"]) for r in rows)
+        assert store.columns(name) == described, name
+
+
+def test_a_job_the_store_never_saw_is_restored_in_one_query(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new job's restore (inside its first step) asks once whether the store holds
+    any of its rows; one row, here a batch of a step still open when a worker died,
+    sends it down the whole read, which finds that batch."""
+    asked: list[str] = []
+    query = store.query
+    monkeypatch.setattr(store, "query", lambda sql, p=None: asked.append(sql) or query(sql, p))
+    assert load_history(store, "job-1", (4, 2), 64, 20, 10) == JobHistory()
+    assert len(asked) == 1
+    store.insert_ops([example_batch(5, start_ns=NOW_NS + np.arange(5))])
+    history = load_history(store, "job-1", (4, 2), 64, 20, 10)
+    assert history.stored_batches and len(asked) > 2
 
 
 def test_steps_insert_query_and_dedup_with_final(store: Store) -> None:
