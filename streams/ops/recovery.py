@@ -80,6 +80,14 @@ _COLUMNS = (
 
 
 _NEWEST = "SELECT max(step) AS step, count() AS n FROM steps WHERE job = {job:String}"
+_HISTORY_TABLES = ("steps", "ops", "jobs", "alerts", "rank_signals")
+"""Every table :func:`load_history` reads a job's rows from (``step_attribution`` only
+for steps that ``steps`` holds)."""
+ANY_ROW = "SELECT count() AS n FROM ({})".format(
+    " UNION ALL ".join(
+        f"(SELECT 1 FROM {table} WHERE job = {{job:String}} LIMIT 1)" for table in _HISTORY_TABLES
+    )
+)
 
 
 def newest_stored_step(store: Store, job: str) -> int | None:
@@ -97,7 +105,12 @@ def load_history(
     alert_window: int,
 ) -> JobHistory:
     """The job's stored closed steps, its latest analysed steps rebuilt from their ops,
-    its latest slowdowns and its firing straggler alert (if any)."""
+    its latest slowdowns and its firing straggler alert (if any). A job the store holds
+    no row of (every new job) costs one query, not eight: on a server each is a round
+    trip inside the job's first step."""
+    seen = store.query(ANY_ROW, {"job": job})
+    if not (seen and seen[0]["n"]):
+        return JobHistory()
     rows = store.query(_CLOSED, {"job": job, "n": closed_memory})
     closed = [int(r["step"]) for r in rows]
     analysed = [(int(r["step"]), float(r["slowdown"])) for r in rows if r["slowdown"] is not None]
