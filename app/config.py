@@ -12,6 +12,7 @@ Environment variables (``ENVIRONMENT`` below is the authoritative list):
 - ``RANKWATCH_CLICKHOUSE``: DSN, ``chdb://<dir>`` (embedded) or ``http(s)://...``
 - ``RANKWATCH_DATABASE``: ClickHouse database name (default: the DSN's, else rankwatch)
 - ``RANKWATCH_HOUSEKEEPING_NICE``: nice value of embedded chDB's merges (default 19)
+- ``RANKWATCH_STORE_TIMEOUT_S``: a ClickHouse server's longest silence on one request
 - ``RANKWATCH_GRACE_S``: seconds before an incomplete step is analysed as partial
 - ``RANKWATCH_STEP_WINDOW``: steps a batch may be from its job's newest (else a dead letter)
 - ``RANKWATCH_PARTITIONS`` / ``RANKWATCH_REPLICATION``: for the topics a worker creates
@@ -38,6 +39,7 @@ from rankwatch.errors import UserError
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES
 from rankwatch.streams.hang.detector import HangConfig
 from rankwatch.streams.kit.housekeeping import DEFAULT_NICE
+from rankwatch.streams.kit.settings import DEFAULT_TIMEOUT_S
 from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.ops.alerts import AlertConfig
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW
@@ -79,10 +81,15 @@ class ClickHouseConfig:
     """Nice value of embedded chDB's merges and other background threads (0-19; 0:
     as the worker), so that they take the CPU a worker leaves (docs/sizing.md). A
     ClickHouse server has its own setting for this, ``os_threads_nice_value_merge_mutate``."""
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """A server's longest silence on one request before the worker calls it a failure,
+    keeps the rows and retries (embedded chDB: unused)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.housekeeping_nice <= 19:
             raise ValueError("housekeeping_nice must be 0 to 19")
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s must be above 0")
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_CLICKHOUSE": "clickhouse.dsn",
     "RANKWATCH_DATABASE": "clickhouse.database",
     "RANKWATCH_HOUSEKEEPING_NICE": "clickhouse.housekeeping_nice",
+    "RANKWATCH_STORE_TIMEOUT_S": "clickhouse.timeout_s",
     "RANKWATCH_GRACE_S": "assembly.grace_s",
     "RANKWATCH_LATE": "assembly.late",
     "RANKWATCH_STEP_WINDOW": "assembly.step_window",
@@ -251,6 +259,7 @@ def service_settings(config: Config, group_suffix: str = "") -> dict[str, Any]:
         "partitions": config.kafka.partitions,
         "session_timeout_s": config.kafka.session_timeout_s,
         "housekeeping_nice": config.clickhouse.housekeeping_nice,
+        "store_timeout_s": config.clickhouse.timeout_s,
     }
 
 

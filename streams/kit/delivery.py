@@ -99,7 +99,10 @@ class Delivery:
         if store is None:
             return cls(
                 lambda: Store.connect(
-                    settings.dsn, settings.database, housekeeping_nice=settings.housekeeping_nice
+                    settings.dsn,
+                    settings.database,
+                    housekeeping_nice=settings.housekeeping_nice,
+                    timeout_s=settings.store_timeout_s,
                 ),
                 max_rows,
                 **kw,

@@ -13,6 +13,12 @@ from dataclasses import dataclass
 
 from rankwatch.streams.kit.housekeeping import DEFAULT_NICE
 
+DEFAULT_TIMEOUT_S = 30.0
+"""How long a ClickHouse server may stay silent on one request before the store calls
+it a transient failure (the worker then keeps the rows and retries with backoff). The
+worker stores from its event loop, so this bounds how long a hung server holds the
+loop (clickhouse-connect's own default is 300 s)."""
+
 
 @dataclass(frozen=True)
 class ServiceSettings:
@@ -31,6 +37,8 @@ class ServiceSettings:
     """Kafka group session: how long a killed worker's partitions wait for a successor."""
     housekeeping_nice: int = DEFAULT_NICE
     """Embedded chDB's background threads run at this nice value (0: untouched)."""
+    store_timeout_s: float = DEFAULT_TIMEOUT_S
+    """A ClickHouse server's longest silence on one request (then: retried)."""
     status_file: str | None = None
     """Where the worker writes its health (JSON) every tick; ``rankwatch worker --health
     FILE`` checks it (any worker's)."""

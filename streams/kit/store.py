@@ -38,6 +38,7 @@ from rankwatch.schemas import ddl
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import Repeated, ops_columns
 from rankwatch.streams.kit.housekeeping import DEFAULT_NICE, Housekeeping
+from rankwatch.streams.kit.settings import DEFAULT_TIMEOUT_S
 
 DEFAULT_DATABASE = "rankwatch"
 LOCK_FILE = "rankwatch.lock"
@@ -62,6 +63,10 @@ class StoreError(RuntimeError):
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message)
         self.transient = transient
+
+
+CONNECT_TIMEOUT_S = 10.0
+"""Of which, at most, to open a connection (clickhouse-connect's default)."""
 
 
 @dataclass(frozen=True)
@@ -113,17 +118,23 @@ class Store:
 
     @classmethod
     def connect(
-        cls, dsn: str, database: str | None = None, housekeeping_nice: int = DEFAULT_NICE
+        cls,
+        dsn: str,
+        database: str | None = None,
+        housekeeping_nice: int = DEFAULT_NICE,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> Store:
         """Open ``dsn`` (see the module doc). The database is ``database``, else the one
         in an HTTP DSN's path, else ``rankwatch``; it is created if missing.
         ``housekeeping_nice``: embedded chDB's merges and other background threads run at
-        this nice value (0: as the process; :mod:`~rankwatch.streams.kit.housekeeping`)."""
+        this nice value (0: as the process; :mod:`~rankwatch.streams.kit.housekeeping`).
+        ``timeout_s``: a server's longest silence on one request (see
+        :data:`~rankwatch.streams.kit.settings.DEFAULT_TIMEOUT_S`)."""
         scheme = urlsplit(dsn).scheme
         if scheme == "chdb":
             return cls._connect_chdb(dsn[len("chdb://") :], database, housekeeping_nice)
         if scheme in ("http", "https"):
-            return cls._connect_http(dsn, database)
+            return cls._connect_http(dsn, database, timeout_s)
         raise StoreError(
             f"ClickHouse DSN {dsn!r}: use chdb://<dir> or http(s)://user:pw@host:port/db"
         )
@@ -151,14 +162,20 @@ class Store:
         return cls(client, database, lock, where, Housekeeping(nice))._created()
 
     @classmethod
-    def _connect_http(cls, dsn: str, database: str | None) -> Store:
+    def _connect_http(cls, dsn: str, database: str | None, timeout_s: float) -> Store:
         import clickhouse_connect
 
         parts = urlsplit(dsn)
         where = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
         database = _identifier(database or parts.path.strip("/") or DEFAULT_DATABASE)
         try:
-            client = clickhouse_connect.get_client(dsn=dsn, database="default", tz_mode="aware")
+            client = clickhouse_connect.get_client(
+                dsn=dsn,
+                database="default",
+                tz_mode="aware",
+                connect_timeout=min(timeout_s, CONNECT_TIMEOUT_S),
+                send_receive_timeout=timeout_s,
+            )
         except Exception as exc:
             raise StoreError(
                 f"cannot reach ClickHouse at {where}: {_why(exc)}", transient=_transient(exc)

@@ -114,6 +114,44 @@ def test_a_busy_then_absent_server_costs_no_rows(
     assert_same_numbers(rows, expected)
 
 
+def test_a_hung_server_holds_the_worker_for_its_timeout_only(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """A server that takes two inserts and stays silent on them for 6 s, against a
+    worker whose store timeout is 1 s: each is a transient failure after 1 s (the rows
+    are kept, nothing they feed is committed, they are stored again with backoff),
+    not a worker stuck until the server answers. The late inserts run after all, so
+    some rows are stored twice (the tables collapse duplicates, and every board
+    counts such a row once); every step is there with an uninterrupted run's numbers."""
+    batches = several_jobs(["job-0", "job-1"], steps=6, origin_ns=time.time_ns())
+    expected = reference_rows(batches)
+    prefix = f"o{uuid.uuid4().hex[:10]}"
+    topic, group = f"{prefix}.ops", f"{prefix}-workers"
+    asyncio.run(create_topics(kafka_broker, [topic], 2))
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    server = ChdbHttp(tmp_path / "endpoint").start()
+    env = {"RANKWATCH_STORE_TIMEOUT_S": "1"}
+    worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir, **env)
+    try:
+        worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
+        server.hang_inserts(6, 2)
+        publish(kafka_broker, batches, topic=topic)
+        hung = worker.wait_for(lambda s: s.get("store_failures", 0) >= 1, 30, "a timeout")
+        assert "timed out" in hung["last_error"], hung
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+        status = worker.settled()
+        worker.stop()
+        assert server.hangs_left() == 0
+        assert status["rows_dropped"] == 0, status
+        time.sleep(6)  # the late inserts land
+        rows = stored_steps(server.dsn())
+    finally:
+        worker.stop()
+        server.stop()
+    assert {(r["job"], r["step"]) for r in rows} == set(expected)
+    assert_same_numbers(rows, expected)
+
+
 def _thirds(items: list[int]) -> list[list[int]]:
     n = len(items)
     return [items[: n // 3], items[n // 3 : 2 * n // 3], items[2 * n // 3 :]]

@@ -15,7 +15,9 @@ back as a server's do: status 500, ``X-ClickHouse-Exception-Code`` and the messa
 Responses are not compressed.
 
 For tests of a busy server, :meth:`ChdbHttp.refuse_inserts` makes the next inserts fail
-with a given ClickHouse error code, as a loaded server refuses them (TOO_MANY_PARTS...).
+with a given ClickHouse error code, as a loaded server refuses them (TOO_MANY_PARTS...);
+:meth:`ChdbHttp.hang_inserts` makes them wait before they run and are answered, as a
+hung server does.
 
     python tests/support/chdbhttp.py --path DIR [--port 0] [--port-file F]
 
@@ -111,24 +113,26 @@ class Engine:
         self._conn.close()
 
 
-class Refusals:
-    """Inserts to refuse: ``<dir>/refuse`` holds "code count" (written by the test)."""
+class Countdown:
+    """What to do to the next inserts: a control file holds "value count" (written by
+    the test: the error code to refuse with, or the seconds to hang before answering)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
 
-    def next(self) -> int | None:
-        """The code to refuse this insert with, or None; counts the refusal down."""
+    def next(self) -> float | None:
+        """The value for this insert, or None; counts down."""
         with self._lock:
             try:
-                code, count = (int(v) for v in self.path.read_text().split())
+                value, count = self.path.read_text().split()
+                left = int(count)
             except (OSError, ValueError):
                 return None
-            if count <= 0:
+            if left <= 0:
                 return None
-            self.path.write_text(f"{code} {count - 1}")
-            return code
+            self.path.write_text(f"{value} {left - 1}")
+            return float(value)
 
 
 class Refused(Exception):
@@ -138,7 +142,9 @@ class Refused(Exception):
         super().__init__(f"Code: {code}. DB::Exception: refused on request (chdbhttp). ")
 
 
-def _handler(engine: Engine, spool: Path, refusals: Refusals) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    engine: Engine, spool: Path, refusals: Countdown, hangs: Countdown
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -211,9 +217,12 @@ def _handler(engine: Engine, spool: Path, refusals: Refusals) -> type[BaseHTTPRe
             self, head: re.Match[bytes], data: bytes, database: str | None, settings: Any
         ) -> bytes:
             statement, fmt = head[1].decode(), head[2].decode()
+            hang = hangs.next()
+            if hang is not None:  # a server that takes the insert and answers late
+                time.sleep(hang)
             code = refusals.next()
             if code is not None:
-                raise Refused(code)
+                raise Refused(int(code))
             with tempfile.NamedTemporaryFile(dir=spool, suffix=".in", delete=False) as tmp:
                 tmp.write(data)
             try:
@@ -244,8 +253,8 @@ def serve(path: Path, port: int, ready: Callable[[int], None]) -> None:
     engine = Engine(str(path))
     spool = path / "http-spool"
     spool.mkdir(parents=True, exist_ok=True)
-    refusals = Refusals(path.parent / "refuse")
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine, spool, refusals))
+    refusals, hangs = Countdown(path.parent / "refuse"), Countdown(path.parent / "hang")
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine, spool, refusals, hangs))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # close chDB on the way out
     ready(server.server_address[1])
     try:
@@ -292,13 +301,27 @@ class ChdbHttp:
 
     def refuse_inserts(self, code: int, count: int) -> None:
         """Refuse the next ``count`` inserts with ClickHouse error ``code``."""
-        tmp = self.directory / "refuse.tmp"
-        tmp.write_text(f"{code} {count}")
-        tmp.replace(self.directory / "refuse")
+        self._control("refuse", code, count)
 
     def refusals_left(self) -> int:
+        return self._left("refuse")
+
+    def hang_inserts(self, seconds: float, count: int) -> None:
+        """Hold each of the next ``count`` inserts ``seconds`` before running it and
+        answering (other requests are answered meanwhile), as a hung server does."""
+        self._control("hang", seconds, count)
+
+    def hangs_left(self) -> int:
+        return self._left("hang")
+
+    def _control(self, name: str, value: float, count: int) -> None:
+        tmp = self.directory / f"{name}.tmp"
+        tmp.write_text(f"{value} {count}")
+        tmp.replace(self.directory / name)
+
+    def _left(self, name: str) -> int:
         try:
-            return int((self.directory / "refuse").read_text().split()[1])
+            return int((self.directory / name).read_text().split()[1])
         except (OSError, ValueError, IndexError):
             return 0
 

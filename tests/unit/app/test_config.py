@@ -88,6 +88,7 @@ def test_each_setting_says_where_it_came_from(tmp_path: Path) -> None:
         ({"RANKWATCH_WINDOW": "2.5"}, "window must be int"),
         ({"RANKWATCH_TICK_S": "soon"}, "tick_s must be float"),
         ({"RANKWATCH_STORE_GAP_S": "-0.1"}, "store_gap_s must be 0 or more"),
+        ({"RANKWATCH_STORE_TIMEOUT_S": "0"}, "timeout_s must be above 0"),
     ],
 )
 def test_a_bad_environment_value_names_its_setting(env: dict[str, str], message: str) -> None:
@@ -141,7 +142,9 @@ def test_every_worker_takes_the_shared_settings() -> None:
     from rankwatch.streams.minder.worker import MinderSettings
     from rankwatch.streams.ops.worker_state import WorkerSettings
 
-    config = load_config(env={"RANKWATCH_SESSION_TIMEOUT_S": "6", "RANKWATCH_GROUP": "g"})
+    env = {"RANKWATCH_SESSION_TIMEOUT_S": "6", "RANKWATCH_GROUP": "g"}
+    config = load_config(env={**env, "RANKWATCH_STORE_TIMEOUT_S": "4"})
     for kind, suffix in ((WorkerSettings, ""), (HangSettings, "-hang"), (MinderSettings, "-m")):
         settings_ = kind(**service_settings(config, suffix))
         assert (settings_.group, settings_.session_timeout_s) == (f"g{suffix}", 6.0)
+        assert settings_.store_timeout_s == 4.0
