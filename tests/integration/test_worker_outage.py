@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.chdbhttp import ChdbHttp
@@ -27,6 +28,7 @@ from support.workers import (
 
 from rankwatch.streams.kit.store import Store
 from rankwatch.streams.ops.publish import publish
+from rankwatch.streams.ops.replay import ReplayedBatch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -34,12 +36,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def test_store_outage_is_waited_out_without_committing_or_losing(
     kafka_broker: str, tmp_path: Path, artifacts_dir: Path
 ) -> None:
-    batches = several_jobs(["job-0", "job-1"], steps=5, origin_ns=time.time_ns())
-    expected = reference_rows(batches)
-    prefix = f"o{uuid.uuid4().hex[:10]}"
-    topic, group = f"{prefix}.ops", f"{prefix}-workers"
-    asyncio.run(create_topics(kafka_broker, [topic], 2))
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    batches, expected = _jobs(steps=5)
+    prefix, topic, group = _topics(kafka_broker)
     dsn = f"chdb://{tmp_path / 'chdb'}"
     publish(kafka_broker, batches, topic=topic)
 
@@ -74,14 +72,10 @@ def test_a_busy_then_absent_server_costs_no_rows(
     inserts as a loaded server does (TOO_MANY_PARTS), then goes away mid-run and comes
     back on the same address: the worker keeps the rows, commits nothing they feed,
     and stores every step once, as an uninterrupted run does."""
-    batches = several_jobs(["job-0", "job-1"], steps=6, origin_ns=time.time_ns())
-    expected = reference_rows(batches)
+    batches, expected = _jobs(steps=6)
     steps = sorted({b.batch.step_span[0] for b in batches})
     parts = [[b for b in batches if b.batch.step_span[0] in chunk] for chunk in _thirds(steps)]
-    prefix = f"o{uuid.uuid4().hex[:10]}"
-    topic, group = f"{prefix}.ops", f"{prefix}-workers"
-    asyncio.run(create_topics(kafka_broker, [topic], 2))
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    prefix, topic, group = _topics(kafka_broker)
     server = ChdbHttp(tmp_path / "endpoint").start()
     worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
     try:
@@ -123,12 +117,8 @@ def test_a_hung_server_holds_the_worker_for_its_timeout_only(
     not a worker stuck until the server answers. The late inserts run after all, so
     some rows are stored twice (the tables collapse duplicates, and every board
     counts such a row once); every step is there with an uninterrupted run's numbers."""
-    batches = several_jobs(["job-0", "job-1"], steps=6, origin_ns=time.time_ns())
-    expected = reference_rows(batches)
-    prefix = f"o{uuid.uuid4().hex[:10]}"
-    topic, group = f"{prefix}.ops", f"{prefix}-workers"
-    asyncio.run(create_topics(kafka_broker, [topic], 2))
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    batches, expected = _jobs(steps=6)
+    prefix, topic, group = _topics(kafka_broker)
     server = ChdbHttp(tmp_path / "endpoint").start()
     env = {"RANKWATCH_STORE_TIMEOUT_S": "1"}
     worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir, **env)
@@ -150,6 +140,21 @@ def test_a_hung_server_holds_the_worker_for_its_timeout_only(
         server.stop()
     assert {(r["job"], r["step"]) for r in rows} == set(expected)
     assert_same_numbers(rows, expected)
+
+
+def _jobs(steps: int) -> tuple[list[ReplayedBatch], dict[tuple[str, int], dict[str, Any]]]:
+    """Two jobs' batches and the rows an uninterrupted run stores for them."""
+    batches = several_jobs(["job-0", "job-1"], steps=steps, origin_ns=time.time_ns())
+    return batches, reference_rows(batches)
+
+
+def _topics(kafka_broker: str) -> tuple[str, str, str]:
+    """A fresh prefix, its two-partition ops topic and the workers' group."""
+    prefix = f"o{uuid.uuid4().hex[:10]}"
+    topic, group = f"{prefix}.ops", f"{prefix}-workers"
+    asyncio.run(create_topics(kafka_broker, [topic], 2))
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.steps", f"{prefix}.alerts"], 1))
+    return prefix, topic, group
 
 
 def _thirds(items: list[int]) -> list[list[int]]:
