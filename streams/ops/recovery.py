@@ -106,7 +106,7 @@ def load_history(
 ) -> JobHistory:
     """The job's stored closed steps, its latest analysed steps rebuilt from their ops,
     its latest slowdowns and its firing straggler alert (if any). A job the store holds
-    no row of (every new job) costs one query, not eight: on a server each is a round
+    no row of (every new job) costs one query, not six: on a server each is a round
     trip inside the job's first step."""
     seen = store.query(ANY_ROW, {"job": job})
     if not (seen and seen[0]["n"]):
