@@ -243,8 +243,7 @@ class Store:
 
     def _all_columns(self) -> dict[str, tuple[Column, ...]]:
         """Every table's columns in one query: ``DESCRIBE`` of each table at its first
-        insert was a round trip per table inside a new worker's first flush (on a
-        server, eight of them before the first step's rows could be stored)."""
+        insert was a round trip per table inside a new worker's first flush."""
         rows = self.query(
             "SELECT table, name, type, default_kind FROM system.columns"
             " WHERE database = {database:String} ORDER BY table, position",
@@ -258,7 +257,8 @@ class Store:
         return {table: tuple(columns) for table, columns in out.items()}
 
     def columns(self, table: str) -> tuple[Column, ...]:
-        """The columns of ``table`` (``DESCRIBE``, cached for the life of the store)."""
+        """The columns of ``table``: read for every table at :meth:`migrate`, else by
+        ``DESCRIBE`` at first use; cached for the life of the store."""
         if table not in self._columns:
             rows = self.query(f"DESCRIBE TABLE {_identifier(table)}")
             if not rows:
@@ -397,8 +397,9 @@ def _load_insert_modules() -> None:
     """Import now what the first insert would otherwise import: pyarrow (our columns) and
     pandas, which clickhouse-connect resolves on its first insert (to test whether the
     data is a DataFrame) when it is installed, as chDB installs it. At the first insert
-    that was 0.3 s of a core inside a new worker's first step (benchmarks/README.md,
-    "Connecting is starting"); at connect it is part of starting up."""
+    that was 0.3 s of a core inside a new worker's first flush (benchmarks/README.md,
+    "Another VM, a new job's first step, a hung server"); at connect it is part of
+    starting up."""
     import pyarrow  # noqa: F401
 
     try:
