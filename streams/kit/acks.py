@@ -75,6 +75,11 @@ class AckTracker(Generic[T]):
         safe, self._settled = self._settled, []
         return safe
 
+    def unflushed(self, tokens: list[T]) -> None:
+        """The flush that took ``tokens`` from :meth:`flushed` did not store everything:
+        they wait for the next one, ahead of those settled since."""
+        self._settled[:0] = tokens
+
     def forget(self, drop: Callable[[str], bool]) -> None:
         """Forget the messages of jobs for which ``drop(job)`` (partition revoked): they
         are never acknowledged here, the next owner re-reads them."""

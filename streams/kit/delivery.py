@@ -20,6 +20,11 @@ for ClickHouse and messages for Kafka. :class:`Delivery` holds both and keeps th
 
 Acknowledging input is the caller's: :meth:`Delivery.flush` returns whether everything
 buffered is stored, and only then may the messages that fed it be acknowledged.
+
+A flush is three steps, so that the inserts can run off a worker's event loop while it
+reads on: :meth:`Delivery.begin` takes what is buffered, :meth:`Delivery.run` inserts it
+(the one step that may run in another thread), :meth:`Delivery.end` settles it;
+:meth:`Delivery.flush` is the three in one call.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.schemas.codec import decode, encode
@@ -51,6 +56,25 @@ class DeliveryCounters:
     published: int = 0
     send_failures: int = 0
     recorded_sent: int = 0
+
+
+@dataclass
+class Flush:
+    """One flush: the rows and messages buffered when it began, taken out of the buffer
+    at once so that its inserts can run in another thread (:meth:`Delivery.run`) while
+    the worker goes on buffering; :meth:`Delivery.end` settles it on the worker's
+    thread."""
+
+    rows: TableSink
+    held: list[Publication]
+    oldest: float | None
+    """When the oldest of its rows was buffered (``Delivery.clock``)."""
+    stored: bool = False
+    error: StoreError | None = None
+    """Why it did not store everything (a transient failure, or one without a table)."""
+    dropped: list[tuple[str, int, StoreError]] = field(default_factory=list)
+    """(table, rows, why) given up because the store rejects them for good."""
+    seconds: float = 0.0
 
 
 class Delivery:
@@ -85,6 +109,8 @@ class Delivery:
         self.last_error: str | None = None
         self.flush_s = 0.0
         """Longest flush since the shell last reset it."""
+        self._flying: Flush | None = None
+        """The flush begun and not ended yet."""
 
     @classmethod
     def for_settings(
@@ -164,44 +190,84 @@ class Delivery:
 
     @property
     def pending(self) -> int:
-        return self.sink.pending
+        """Rows not stored yet: buffered, or in a flush that is running."""
+        flying = self._flying.rows.pending if self._flying is not None else 0
+        return self.sink.pending + flying
 
     @property
     def full(self) -> bool:
         """Stop consuming until a flush succeeds (back-pressure)."""
-        return self.sink.full
+        return self.pending >= self.sink.max_rows
 
     def flush(self) -> bool:
         """Store everything buffered. True when it is stored (the held messages may then
         be published, the input that fed them acknowledged); False while the store is
         unavailable (retried, with backoff, on a later call)."""
+        flush = self.begin()
+        if flush is None:
+            return False
+        try:
+            self.run(flush)
+        finally:  # an unexpected error still puts the rows back before it goes up
+            stored = self.end(flush)
+        return stored
+
+    def begin(self) -> Flush | None:
+        """Take everything buffered for one flush (None while the store backs off).
+        Give it to :meth:`run`, then to :meth:`end`, before the next one begins."""
+        if self._flying is not None:
+            raise RuntimeError("a flush is running: end it before beginning another")
+        if not self.store_ready:
+            return None
+        flush = Flush(self.sink.detach(), self._held, self.oldest_unstored)
+        self._held, self.oldest_unstored = [], None
+        self._flying = flush
+        return flush
+
+    def run(self, flush: Flush) -> None:
+        """Insert ``flush``'s rows, connecting first if need be: the part that waits on
+        the store, and the only one that may run in another thread. Failures are kept on
+        ``flush`` for :meth:`end`; a table the store rejects for good is given up and the
+        others go on."""
+        rows = flush.rows
         while True:
-            if not self.store_ready:
-                return False
             try:
-                self.store()
+                rows.store = self.store()
                 started = self.clock()
-                self.sink.flush()
-                self.flush_s = max(self.flush_s, self.clock() - started)
-                break
+                rows.flush()
+                flush.seconds = self.clock() - started
+                flush.stored = True
+                return
             except StoreError as exc:
-                if exc.transient or self.sink.failed_table is None:
-                    self.failed(exc)
-                    return False
-                self._drop(self.sink.failed_table, exc)
+                if exc.transient or rows.failed_table is None:
+                    flush.error = exc
+                    return
+                flush.dropped.append((rows.failed_table, rows.drop(rows.failed_table), exc))
+
+    def end(self, flush: Flush) -> bool:
+        """Settle ``flush`` (on the worker's thread): True when it stored everything it
+        took (its messages may be published). Else its rows and messages go back, ahead
+        of those buffered since, and the store backs off, or the error is raised when
+        waiting cannot help."""
+        self._flying = None
+        for table, n, exc in flush.dropped:
+            self.counters.rows_dropped += n
+            self.counters.store_failures += 1
+            self.last_error = str(exc)
+            log.error("dropped %d %s rows the store rejects for good: %s", n, table, exc)
+        if not flush.stored:
+            self.sink.put_back(flush.rows)
+            self._held[:0] = flush.held
+            if flush.oldest is not None:
+                self.oldest_unstored = flush.oldest
+            if flush.error is not None:
+                self.failed(flush.error)
+            return False
+        self.flush_s = max(self.flush_s, flush.seconds)
         self._delay_s, self._retry_at = 0.0, 0.0
         self.counters.flushes += 1
-        self.oldest_unstored = None
-        self._ready += self._held
-        self._held = []
+        self._ready += flush.held
         return True
-
-    def _drop(self, table: str, exc: StoreError) -> None:
-        dropped = self.sink.drop(table)
-        self.counters.rows_dropped += dropped
-        self.counters.store_failures += 1
-        self.last_error = str(exc)
-        log.error("dropped %d %s rows the store rejects for good: %s", dropped, table, exc)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -236,13 +302,16 @@ class Delivery:
             log.info("%d alert states sent and recorded", n)
 
     def sink_lag_s(self) -> float:
-        return 0.0 if self.oldest_unstored is None else self.clock() - self.oldest_unstored
+        """Age of the oldest row not stored yet (0.0: none)."""
+        flying = self._flying.oldest if self._flying is not None else None
+        times = [t for t in (self.oldest_unstored, flying) if t is not None]
+        return self.clock() - min(times) if times else 0.0
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""
         return {
             **vars(self.counters),
-            "buffered_rows": self.sink.pending,
+            "buffered_rows": self.pending,
             "held_messages": len(self._held),
             "ready_messages": len(self._ready),
             "store_connected": self.connected,

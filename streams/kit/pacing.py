@@ -37,9 +37,20 @@ class Pacer:
     def flushed(self, now: float, stored: bool) -> None:
         """A flush was tried at ``now`` (by the timer, back-pressure or this pacer);
         ``stored``: it stored everything, so what closed before it is dealt with."""
-        self.last_flush = now
-        if stored:
-            self.waiting = False
+        self.ended(self.started(now), stored)
+
+    def started(self, now: float) -> bool:
+        """A flush of everything buffered starts at ``now``; returns whether anything
+        closed before it (hand that to :meth:`ended`). What closes while it runs is not
+        in it, so it is waiting again once it closes, whatever the flush's outcome."""
+        had, self.waiting, self.last_flush = self.waiting, False, now
+        return had
+
+    def ended(self, had: bool, stored: bool) -> None:
+        """The flush :meth:`started` returned ``had`` for is over; ``stored``: it stored
+        everything it took, else what closed before it still waits."""
+        if had and not stored:
+            self.waiting = True
 
     def due_in(self, now: float, behind: bool = False) -> float | None:
         """Seconds until a flush is due for what closed (0.0: now); None when nothing

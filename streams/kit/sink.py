@@ -79,6 +79,25 @@ class TableSink:
             del self._buffer[table]
         self.failed_table = None
 
+    def detach(self) -> TableSink:
+        """What is buffered, as a sink of its own (same store and counts), leaving this
+        one empty: a flush of it can run in another thread while rows come in here."""
+        taken = TableSink(self.store, self.max_rows, auto_flush=False)
+        taken.rows_written = self.rows_written
+        taken._buffer, taken._ops, taken._op_records = self._buffer, self._ops, self._op_records
+        self._buffer, self._ops, self._op_records = {}, [], 0
+        return taken
+
+    def put_back(self, taken: TableSink) -> None:
+        """What a detached sink's flush did not insert goes back, ahead of the rows
+        buffered since (one batch per table keeps its order)."""
+        for table, rows in self._buffer.items():
+            taken._buffer.setdefault(table, []).extend(rows)
+        self._buffer = taken._buffer
+        self._ops = taken._ops + self._ops
+        self._op_records += taken._op_records
+        taken._buffer, taken._ops, taken._op_records = {}, [], 0
+
     def drop(self, table: str) -> int:
         """Give up on a table's buffered rows (the store rejects them for good)."""
         if table == "ops":

@@ -7,8 +7,9 @@ what it fed is stored and every event read before it on its partition was acknow
 closes is stored, acknowledged and announced at once, or as soon as ``store_gap_s``
 since the previous store allows (:meth:`WorkerState.settle_in`). A timer closes steps
 whose grace period ran out, stores the buffer, acknowledges, publishes stored results
-and writes the health file. All logic is in :mod:`~rankwatch.streams.ops.worker_state`
-and the pure core; this module moves bytes.
+and writes the health file. A store's inserts run in a thread while the agent reads on
+(docs/architecture.md, "Delivery"). All logic is in
+:mod:`~rankwatch.streams.ops.worker_state` and the pure core; this module moves bytes.
 """
 
 from __future__ import annotations
@@ -85,9 +86,20 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         await publish(state.delivery, out_topics)
 
     async def store_and_hand_over(every: bool) -> None:
-        """The part of :func:`settle` that holds ``settling``."""
-        tokens = state.flush()
-        sent = state.stored and await send_jobstates(state.handover(every))
+        """The part of :func:`settle` that holds ``settling``. The inserts run in a
+        thread: the agent goes on taking messages while the store answers (a slow or
+        hung server holds the rows of one store, not the worker)."""
+        store = state.begin_store()
+        if store is None:  # backing off
+            return
+        states = state.handover(every)  # exactly the rows this store takes
+        try:
+            await asyncio.to_thread(state.delivery.run, store.flush)
+        finally:
+            tokens = state.end_store(store)
+            if not state.stored:
+                state.handed_over(states, ok=False)
+        sent = state.stored and await send_jobstates(states)
         for event in state.release(tokens, sent):
             event.ack()
 
@@ -122,8 +134,11 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             except Exception as exc:  # broker unreachable: the job waits, the worker lives
                 log.warning("cannot read the jobstate topic (%s): retrying", exc)
                 await asyncio.sleep(1.0)
-        while not state.restore(batch, saved):  # store down
-            await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 5.0))
+        while True:
+            async with settling:  # the store serves one caller at a time
+                if state.restore(batch, saved):
+                    return
+            await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 5.0))  # store down
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:
@@ -142,21 +157,21 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
             state.on_message(event, event.value, source, members)
-            if state.settle_in() == 0:  # a step closed: stored and announced now, not at the tick
-                await settle()
-            if state.settle_in() is not None:  # too soon after the last store, or it failed
-                closed.set()  # `settle_closed` settles once the gap (or backoff) has passed
+            if state.settle_in() is not None:  # a step closed: stored and announced by
+                closed.set()  # `settle_closed` now, or once the gap (or backoff) has passed
             while state.full:  # back-pressure: nothing more in memory until it is stored
                 await settle()
                 if state.full:
                     await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
     closed = asyncio.Event()
-    """Set when steps closed that the agent could not settle yet (the gap)."""
+    """Set when steps closed (by the agent, or by the tick while a store runs): they
+    wait for :func:`settle_closed`."""
 
     @app.task
     async def settle_closed() -> None:
-        """Settle the closed steps the agent left for later, once their gap has passed."""
+        """Settle the steps the agent closed, at once or once their gap has passed: in a
+        task of its own, so that the agent reads on while the store answers."""
         while True:
             wait = state.settle_in()
             if wait is None:
@@ -171,7 +186,10 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
         state.on_tick()
-        await settle()
+        if settling.locked():  # a store is running: the health file is written all the same
+            closed.set()  # what the tick closed goes with the next store
+        else:
+            await settle()
         snapshot = state.snapshot()
         state.input_lag_s = state.delivery.flush_s = 0.0
         await status(snapshot)

@@ -37,7 +37,7 @@ from rankwatch.schemas.codec import (
 )
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.acks import AckTracker, InOrder
-from rankwatch.streams.kit.delivery import Delivery
+from rankwatch.streams.kit.delivery import Delivery, Flush
 from rankwatch.streams.kit.output import Output, Source
 from rankwatch.streams.kit.pacing import Pacer
 from rankwatch.streams.kit.settings import ServiceSettings
@@ -127,6 +127,17 @@ class WorkerSettings(ServiceSettings):
     jobstate message per job that closed a step, so many jobs closing steps all the time
     make at most ``1 / store_gap_s`` of them a second, not one per step. A worker behind
     its input (:data:`BEHIND_TICKS`) stores closed steps once per ``tick_s`` instead."""
+
+
+@dataclass(frozen=True)
+class StoreRound:
+    """One store of the ops worker (:meth:`WorkerState.begin_store`)."""
+
+    flush: Flush
+    tokens: list[Any]
+    """The messages whose rows are all in ``flush``: safe once it stored them."""
+    closed_before: bool
+    """Whether steps closed before it began (the pacer's)."""
 
 
 @dataclass
@@ -364,13 +375,40 @@ class WorkerState:
     def flush(self) -> list[Any]:
         """Store everything buffered; return the tokens now safe to acknowledge (empty
         when the store is unavailable: retried with backoff on a later call)."""
-        self.stored = self.delivery.flush()
-        self.pacer.flushed(self.delivery.clock(), self.stored)
+        store = self.begin_store()
+        if store is None:
+            self.stored = False
+            return []
+        try:
+            self.delivery.run(store.flush)
+        finally:
+            tokens = self.end_store(store)
+        return tokens
+
+    def begin_store(self) -> StoreRound | None:
+        """Take what is buffered for one store, and the messages it settles, in one go
+        (None while the store backs off): :meth:`handover` right after it describes
+        exactly these rows. Run ``delivery.run(round.flush)`` (in another thread if need
+        be: the pipeline may take more messages meanwhile), then :meth:`end_store`."""
+        flush = self.delivery.begin()
+        if flush is None:
+            return None
+        return StoreRound(flush, self.acks.flushed(), self.pacer.started(self.delivery.clock()))
+
+    def end_store(self, store: StoreRound) -> list[Any]:
+        """The tokens now safe to acknowledge once ``store`` ran (:attr:`stored`); none
+        when it did not store everything: they wait for the next store."""
+        self.stored = False
+        try:
+            self.stored = self.delivery.end(store.flush)
+        finally:
+            self.pacer.ended(store.closed_before, store.flush.stored)
+            if not store.flush.stored:
+                self.acks.unflushed(store.tokens)
         if not self.stored:
             return []
-        safe = self.acks.flushed()
-        self.counters.acked += len(safe)
-        return safe
+        self.counters.acked += len(store.tokens)
+        return store.tokens
 
     def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:
         """The partitions went to another worker: drop their jobs' state (the new owner

@@ -142,6 +142,47 @@ def test_a_hung_server_holds_the_worker_for_its_timeout_only(
     assert_same_numbers(rows, expected)
 
 
+def test_a_slow_server_holds_one_store_not_the_reading(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """A server that holds one insert 10 s, within the store's timeout (30 s): the
+    worker goes on reading and writing its health file while the insert waits, commits
+    nothing past what is stored, and stores what it read meanwhile with its next store:
+    every step once, with an uninterrupted run's numbers."""
+    batches, expected = _jobs(steps=6)
+    first = [b for b in batches if b.batch.step_span[0] < 2]
+    rest = [b for b in batches if b.batch.step_span[0] >= 2]
+    prefix, topic, group = _topics(kafka_broker)
+    server = ChdbHttp(tmp_path / "endpoint").start()
+    worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
+    try:
+        worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
+        server.hang_inserts(10, 1)
+        publish(kafka_broker, first, topic=topic)
+        deadline = time.monotonic() + 30
+        while server.hangs_left() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held_at = time.monotonic()
+        assert server.hangs_left() == 0, "no insert reached the server"
+        publish(kafka_broker, rest, topic=topic)
+        status = worker.wait_for(
+            lambda s: s.get("messages_in", 0) == len(batches), 7, "reading while it waits"
+        )
+        assert time.monotonic() - held_at < 10  # the insert is still held
+        assert status["buffered_rows"] > 0 and status["sink_lag_s"] > 0, status
+        assert uncommitted(kafka_broker, group, topic, 2) > 0
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+        status = worker.settled()
+        worker.stop()
+        assert status["store_failures"] == 0 and status["rows_dropped"] == 0, status
+        rows = stored_steps(server.dsn())
+    finally:
+        worker.stop()
+        server.stop()
+    assert sorted((r["job"], r["step"]) for r in rows) == sorted(expected)  # each once
+    assert_same_numbers(rows, expected)
+
+
 def _jobs(steps: int) -> tuple[list[ReplayedBatch], dict[tuple[str, int], dict[str, Any]]]:
     """Two jobs' batches and the rows an uninterrupted run stores for them."""
     batches = several_jobs(["job-0", "job-1"], steps=steps, origin_ns=time.time_ns())

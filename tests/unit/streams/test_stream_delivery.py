@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import encode
@@ -102,3 +103,63 @@ def test_a_full_buffer_asks_for_back_pressure_until_stored() -> None:
     store.down = False
     clock.now += d.retry_in()
     assert d.flush() and not d.full
+
+
+def rows_of(out: Output) -> Output:
+    """``out``'s rows without its message."""
+    return Output(rows=out.rows)
+
+
+def test_rows_written_while_a_flush_runs_wait_for_the_next_one() -> None:
+    store, clock = MemoryStore(), Clock()
+    d = delivery(store, clock, max_rows=10)
+    d.write(output(4))  # 4 rows, a snapshot, an alert
+    flush = d.begin()
+    assert flush is not None and d.pending == 5
+    clock.now = 1.0
+    d.write(rows_of(output(4, table="other")))  # while the insert runs elsewhere
+    assert d.full  # the running flush's rows count until it ends
+    d.run(flush)
+    assert d.end(flush)
+    assert [p.kind for p in d.take()] == ["alerts"] and d.pending == 5
+    assert sorted(store.rows) == ["detector_state", "hangs"]  # what was buffered at begin
+    clock.now = 3.0
+    assert d.snapshot()["sink_lag_s"] == 2.0  # the rows written at 1.0 wait
+    assert d.flush() and len(store.rows["other"]) == 4 and d.pending == 0
+
+
+def test_a_failed_flush_puts_its_rows_and_messages_back_ahead_of_newer_ones() -> None:
+    store, clock = MemoryStore(), Clock()
+    d = delivery(store, clock)
+    d.write(output(2))
+    flush = d.begin()
+    assert flush is not None
+    store.down = True
+    d.run(flush)
+    clock.now = 1.0
+    d.announce("alerts", "j2", example("alerts", job="j2"))
+    d.write(rows_of(output(3)))
+    assert not d.end(flush) and d.counters.store_failures == 1
+    assert d.pending == 7 and d.snapshot()["sink_lag_s"] == 1.0  # its rows, from 0.0
+    store.down = False
+    clock.now += d.retry_in()
+    assert d.flush()
+    assert [row.get("i") for row in store.rows["hangs"]] == [0, 1, 0, 1, 2]
+    assert [p.key for p in d.take()] == [example("alerts")["job"], "j2"]
+
+
+def test_a_flush_that_raises_puts_its_rows_back_and_only_one_runs_at_a_time() -> None:
+    store, clock = MemoryStore(), Clock()
+    d = delivery(store, clock)
+    d.write(output(2))
+
+    def broken(table: str, rows: Any) -> None:
+        raise ValueError("a bug in an insert")
+
+    store.insert = broken  # type: ignore[method-assign]
+    with pytest.raises(ValueError):
+        d.flush()
+    assert d.pending == 3 and d.take() == []
+    assert d.begin() is not None
+    with pytest.raises(RuntimeError):
+        d.begin()

@@ -130,6 +130,38 @@ def test_jobstate_messages_describe_what_is_stored_and_hold_back_the_acks() -> N
     assert state.flush() == [] and not state.stored and state.changed == {"j"}
 
 
+def test_messages_taken_while_a_store_runs_wait_for_the_next_store() -> None:
+    """The worker runs a store's inserts in a thread and goes on taking messages: the
+    store's acknowledgements and jobstate cover what was buffered when it began, and a
+    step that closes meanwhile is due once it ends, stored or not."""
+    store, clock = MemoryStore(), Clock()
+    state = _state(store)
+    state.delivery.clock = clock
+    data = list(enumerate(messages()))  # 6 steps x 4 workers, one message per rank and step
+    consume(state, data[:4])  # step 0 closes
+    round_ = state.begin_store()
+    assert round_ is not None and sorted(round_.tokens) == [0, 1, 2, 3]
+    handed = state.handover()
+    consume(state, data[4:8])  # step 1 closes while the inserts run
+    state.delivery.run(round_.flush)
+    assert sorted(state.end_store(round_)) == [0, 1, 2, 3] and state.stored
+    assert [row["step"] for row in store.rows["steps"]] == [0]
+    assert decode("jobstate", handed[0][2])["closed"] == [[0, 0]]
+    clock.now += 0.1
+    assert state.settle_in() == 0.0  # step 1 waits for the next store, not the tick
+
+    round_ = state.begin_store()  # this one fails: its messages wait, step 1 stays due
+    assert round_ is not None and sorted(round_.tokens) == [4, 5, 6, 7]
+    store.down = True
+    state.delivery.run(round_.flush)
+    assert state.end_store(round_) == [] and not state.stored
+    store.down = False
+    clock.now += state.delivery.retry_in()
+    assert state.settle_in() == 0.0
+    assert sorted(state.flush()) == [4, 5, 6, 7]
+    assert [row["step"] for row in store.rows["steps"]] == [0, 1]
+
+
 class StoreWithSteps(MemoryStore):
     """A store whose newest stored step of every job is ``newest``."""
 
