@@ -148,23 +148,26 @@ def test_a_slow_server_holds_one_store_not_the_reading(
     """A server that holds one insert 10 s, within the store's timeout (30 s): the
     worker goes on reading and writing its health file while the insert waits, commits
     nothing past what is stored, and stores what it read meanwhile with its next store:
-    every step once, with an uninterrupted run's numbers."""
+    every step once, with an uninterrupted run's numbers. (Both jobs are known before
+    the hang: a job met for the first time waits for a running store, its restore
+    reads the store.)"""
     batches, expected = _jobs(steps=6)
-    first = [b for b in batches if b.batch.step_span[0] < 2]
-    rest = [b for b in batches if b.batch.step_span[0] >= 2]
+    parts = [[b for b in batches if b.batch.step_span[0] // 2 == i] for i in range(3)]
     prefix, topic, group = _topics(kafka_broker)
     server = ChdbHttp(tmp_path / "endpoint").start()
     worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
     try:
         worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
+        publish(kafka_broker, parts[0], topic=topic)
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
         server.hang_inserts(10, 1)
-        publish(kafka_broker, first, topic=topic)
+        publish(kafka_broker, parts[1], topic=topic)
         deadline = time.monotonic() + 30
         while server.hangs_left() and time.monotonic() < deadline:
             time.sleep(0.05)
         held_at = time.monotonic()
         assert server.hangs_left() == 0, "no insert reached the server"
-        publish(kafka_broker, rest, topic=topic)
+        publish(kafka_broker, parts[2], topic=topic)
         status = worker.wait_for(
             lambda s: s.get("messages_in", 0) == len(batches), 7, "reading while it waits"
         )
@@ -175,6 +178,7 @@ def test_a_slow_server_holds_one_store_not_the_reading(
         status = worker.settled()
         worker.stop()
         assert status["store_failures"] == 0 and status["rows_dropped"] == 0, status
+        assert status["restored_jobs"] == 2, status
         rows = stored_steps(server.dsn())
     finally:
         worker.stop()
