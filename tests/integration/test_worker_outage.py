@@ -75,14 +75,10 @@ def test_a_busy_then_absent_server_costs_no_rows(
     batches, expected = _jobs(steps=6)
     steps = sorted({b.batch.step_span[0] for b in batches})
     parts = [[b for b in batches if b.batch.step_span[0] in chunk] for chunk in _thirds(steps)]
-    prefix, topic, group = _topics(kafka_broker)
-    server = ChdbHttp(tmp_path / "endpoint").start()
-    worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
+    topic, group, server, worker = _first_part_stored(
+        kafka_broker, tmp_path, artifacts_dir, parts[0]
+    )
     try:
-        worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
-        publish(kafka_broker, parts[0], topic=topic)
-        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
-
         server.refuse_inserts(252, 3)  # TOO_MANY_PARTS, three times
         publish(kafka_broker, parts[1], topic=topic)
         busy = worker.wait_for(lambda s: s.get("store_failures", 0) >= 3, 60, "refusals")
@@ -96,11 +92,8 @@ def test_a_busy_then_absent_server_costs_no_rows(
         worker.wait_for(lambda s: s.get("store_failures", 0) > failures, 60, "the outage")
         assert uncommitted(kafka_broker, group, topic, 2) > 0  # nothing stored: held
         server.start()
-        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
-        status = worker.settled()
-        worker.stop()
+        status, rows = _all_stored(kafka_broker, topic, group, server, worker)
         assert status["rows_dropped"] == 0, status
-        rows = stored_steps(server.dsn())
     finally:
         worker.stop()
         server.stop()
@@ -153,13 +146,10 @@ def test_a_slow_server_holds_one_store_not_the_reading(
     reads the store.)"""
     batches, expected = _jobs(steps=6)
     parts = [[b for b in batches if b.batch.step_span[0] // 2 == i] for i in range(3)]
-    prefix, topic, group = _topics(kafka_broker)
-    server = ChdbHttp(tmp_path / "endpoint").start()
-    worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
+    topic, group, server, worker = _first_part_stored(
+        kafka_broker, tmp_path, artifacts_dir, parts[0]
+    )
     try:
-        worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
-        publish(kafka_broker, parts[0], topic=topic)
-        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
         server.hang_inserts(10, 1)
         publish(kafka_broker, parts[1], topic=topic)
         deadline = time.monotonic() + 30
@@ -174,12 +164,9 @@ def test_a_slow_server_holds_one_store_not_the_reading(
         assert time.monotonic() - held_at < 10  # the insert is still held
         assert status["buffered_rows"] > 0 and status["sink_lag_s"] > 0, status
         assert uncommitted(kafka_broker, group, topic, 2) > 0
-        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
-        status = worker.settled()
-        worker.stop()
+        status, rows = _all_stored(kafka_broker, topic, group, server, worker)
         assert status["store_failures"] == 0 and status["rows_dropped"] == 0, status
         assert status["restored_jobs"] == 2, status
-        rows = stored_steps(server.dsn())
     finally:
         worker.stop()
         server.stop()
@@ -191,6 +178,36 @@ def _jobs(steps: int) -> tuple[list[ReplayedBatch], dict[tuple[str, int], dict[s
     """Two jobs' batches and the rows an uninterrupted run stores for them."""
     batches = several_jobs(["job-0", "job-1"], steps=steps, origin_ns=time.time_ns())
     return batches, reference_rows(batches)
+
+
+def _first_part_stored(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path, first: list[ReplayedBatch]
+) -> tuple[str, str, ChdbHttp, WorkerProcess]:
+    """(ops topic, group, server, worker): a worker storing into a server has stored
+    ``first`` and committed every offset."""
+    prefix, topic, group = _topics(kafka_broker)
+    server = ChdbHttp(tmp_path / "endpoint").start()
+    worker = WorkerProcess(kafka_broker, prefix, server.dsn(), artifacts_dir)
+    try:
+        worker.wait_for(lambda s: s.get("store_connected"), 60, "store")
+        publish(kafka_broker, first, topic=topic)
+        wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+    except BaseException:
+        worker.stop()
+        server.stop()
+        raise
+    return topic, group, server, worker
+
+
+def _all_stored(
+    kafka_broker: str, topic: str, group: str, server: ChdbHttp, worker: WorkerProcess
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the worker's last status, the stored steps) once every offset is committed and
+    the worker stopped."""
+    wait_committed(kafka_broker, group, topic, 2, timeout_s=90)
+    status = worker.settled()
+    worker.stop()
+    return status, stored_steps(server.dsn())
 
 
 def _topics(kafka_broker: str) -> tuple[str, str, str]:
