@@ -27,7 +27,7 @@ import orjson
 
 from rankwatch.streams.hang.detector import Episode, HangConfig
 from rankwatch.streams.hang.service import HangService, episode_from_alert
-from rankwatch.streams.kit.delivery import Delivery, publish
+from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source
@@ -107,9 +107,13 @@ class HangState:
     def on_tick(self) -> bool:
         """Evaluate the jobs and store their rows; True when everything is stored (its
         alerts and dead letters may then be published)."""
+        self.evaluate()
+        return self.delivery.flush()
+
+    def evaluate(self) -> None:
+        """Evaluate the jobs: their rows and alerts are buffered for the next flush."""
         self.delivery.write(self.service.on_tick(self.clock()))
         self.delivery.write(self._snapshots())
-        return self.delivery.flush()
 
     def _recall(self, job: str) -> tuple[Episode | None, list[float]]:
         """The job's open episode and step times as stored; its unsent alert states
@@ -178,8 +182,9 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
-        state.on_tick()
-        await publish(state.delivery, out_topics)
+        state.evaluate()
+        await flush_in_thread(state.delivery)  # heartbeats are read meanwhile: their
+        await publish(state.delivery, out_topics)  # arrival is what says a rank is silent
         await status(state.snapshot())
 
     return app, state

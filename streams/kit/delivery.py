@@ -29,7 +29,9 @@ reads on: :meth:`Delivery.begin` takes what is buffered, :meth:`Delivery.run` in
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -111,6 +113,7 @@ class Delivery:
         """Longest flush since the shell last reset it."""
         self._flying: Flush | None = None
         """The flush begun and not ended yet."""
+        self._connecting = threading.Lock()
 
     @classmethod
     def for_settings(
@@ -139,16 +142,18 @@ class Delivery:
     # -- the store -----------------------------------------------------------------------
 
     def store(self) -> Store:
-        """The store, connecting and migrating on first use; raises StoreError."""
-        if self.sink.store is None:
-            store = self._connect()
-            try:
-                store.migrate()
-            except StoreError:
-                store.close()
-                raise
-            self.sink.store = store
-        return self.sink.store
+        """The store, connecting and migrating on first use; raises StoreError. Safe to
+        call from a flush's thread and the event loop at once: one connects."""
+        with self._connecting:
+            if self.sink.store is None:
+                store = self._connect()
+                try:
+                    store.migrate()
+                except StoreError:
+                    store.close()
+                    raise
+                self.sink.store = store
+            return self.sink.store
 
     @property
     def connected(self) -> bool:
@@ -320,6 +325,20 @@ class Delivery:
             "flush_s": round(self.flush_s, 3),
             "last_error": self.last_error,
         }
+
+
+async def flush_in_thread(delivery: Delivery) -> bool:
+    """:meth:`Delivery.flush` with its inserts in a thread: the worker's agents go on
+    reading while the store answers (a worker that judges its input by when it arrives,
+    as the hang worker does, must not stop reading for a slow store)."""
+    flush = delivery.begin()
+    if flush is None:
+        return False
+    try:
+        await asyncio.to_thread(delivery.run, flush)
+    finally:  # an unexpected error still puts the rows back before it goes up
+        stored = delivery.end(flush)
+    return stored
 
 
 async def publish(delivery: Delivery, topics: dict[str, Any]) -> None:

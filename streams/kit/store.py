@@ -108,6 +108,10 @@ class Store:
     ) -> None:
         self._client = client
         self._lock = lock
+        self._serial = threading.Lock()
+        """One request at a time: a worker may insert from a thread while its event loop
+        queries (a server refuses concurrent requests in one session; chDB serialises
+        them anyway)."""
         self.housekeeping = housekeeping
         """Embedded chDB only: its background threads' priority, kept low after inserts."""
         self._columns: dict[str, tuple[Column, ...]] = {}
@@ -310,29 +314,41 @@ class Store:
         arrow = _arrow_table(known, columns)
         settings = dict(settings) if settings else None  # the client's own copy
         try:
-            if arrow is not None:
-                self._client.insert_arrow(
-                    _identifier(table), arrow, database=self.database, settings=settings
-                )
-            else:
-                data = [_to_engine(known[name], values) for name, values in columns.items()]
-                self._client.insert(
-                    _identifier(table),
-                    data,
-                    column_names=list(columns),
-                    # the types we know: clickhouse-connect otherwise asks with a DESCRIBE
-                    # per insert (~1 ms of a 1-row insert's 3-5 in chDB)
-                    column_type_names=[known[name].type for name in columns],
-                    column_oriented=True,
-                    database=self.database,
-                    settings=settings,
-                )
+            with self._serial:
+                self._send_insert(table, known, columns, arrow, settings)
         except Exception as exc:
             raise StoreError(
                 f"insert into {table} at {self.where}: {_why(exc)}", transient=_transient(exc)
             ) from exc
         if self.housekeeping is not None:  # inserts are what start merges
             self.housekeeping()
+
+    def _send_insert(
+        self,
+        table: str,
+        known: Mapping[str, Column],
+        columns: Mapping[str, ColumnValues],
+        arrow: Any | None,
+        settings: dict[str, Any] | None,
+    ) -> None:
+        """The client's insert call (under ``_serial``)."""
+        if arrow is not None:
+            self._client.insert_arrow(
+                _identifier(table), arrow, database=self.database, settings=settings
+            )
+            return
+        data = [_to_engine(known[name], values) for name, values in columns.items()]
+        self._client.insert(
+            _identifier(table),
+            data,
+            column_names=list(columns),
+            # the types we know: clickhouse-connect otherwise asks with a DESCRIBE
+            # per insert (~1 ms of a 1-row insert's 3-5 in chDB)
+            column_type_names=[known[name].type for name in columns],
+            column_oriented=True,
+            database=self.database,
+            settings=settings,
+        )
 
     def insert_ops(self, batches: Sequence[OpBatch]) -> None:
         """Op batches into the ``ops`` table, in one insert (header fields repeated).
@@ -350,9 +366,10 @@ class Store:
         if self._client is None:
             raise StoreError("the store is closed")
         try:
-            self._use_database()
-            result = self._client.query(sql, parameters=dict(parameters or {}))
-            return list(result.named_results())
+            with self._serial:
+                self._use_database()
+                result = self._client.query(sql, parameters=dict(parameters or {}))
+                return list(result.named_results())
         except Exception as exc:
             raise StoreError(
                 f"query at {self.where}: {_why(exc)}", transient=_transient(exc)
@@ -362,9 +379,10 @@ class Store:
         if self._client is None:
             raise StoreError("the store is closed")
         try:
-            if use_database:
-                self._use_database()
-            self._client.command(statement)
+            with self._serial:
+                if use_database:
+                    self._use_database()
+                self._client.command(statement)
         except Exception as exc:
             raise StoreError(
                 f"{statement.splitlines()[0]} at {self.where}: {_why(exc)}",

@@ -1,0 +1,80 @@
+"""A slow store does not stop the hang worker reading heartbeats.
+
+The hang worker judges a rank by when its heartbeats arrive: a worker that stopped
+reading while an insert waited on the server would find every rank silent, and a
+healthy job hung, once the store answered. Its tick now runs the inserts in a thread
+(``kit.delivery.flush_in_thread``) and its agents read on meanwhile.
+
+Real broker, a real ``rankwatch hang worker`` subprocess, chDB behind the HTTP endpoint
+of ``support/chdbhttp.py`` holding one insert 8 s (within the store's 30-s timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.chdbhttp import ChdbHttp
+from support.devbroker import create_topics
+from support.hangjob import Ranks, start_worker
+from support.workers import read_topic, send_in_order
+
+from rankwatch.streams.kit.health import read_status
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+HANG_S = 8.0
+
+
+def test_heartbeats_are_read_while_a_store_waits(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    prefix = f"t.hangslow.{uuid.uuid4().hex[:8]}"
+    kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
+    server = ChdbHttp(tmp_path / "endpoint").start()
+    log = artifacts_dir / "hang-worker.log"
+    health = log.with_suffix(".status.json")
+    ranks = Ranks(kafka_broker, f"{prefix}.heartbeats", "job-s")
+    ranks.move_on()  # a healthy job: every rank on a new op at each beat
+    worker = start_worker(kafka_broker, prefix, server.dsn(), log)
+    try:
+        _until(lambda: _status(health).get("messages_in", 0) > 20, 90, "the worker reading")
+        server.hang_inserts(HANG_S, 1)
+        bad = [(b"job-s", b"not a heartbeat")]  # its dead-letter row is the next insert
+        asyncio.run(send_in_order(kafka_broker, f"{prefix}.heartbeats", bad))
+        _until(lambda: server.hangs_left() == 0, 30, "an insert held")
+        held_ns = time.time_ns()  # the held insert began before this
+        time.sleep(HANG_S - 2)
+        read_by = ranks.sent  # heartbeats the broker had 2 s before the insert answers
+        _until(lambda: _status(health).get("written_ns", 0) > held_ns, 30, "a status")
+        status = _status(health)  # the tick that held the insert wrote it once answered
+        assert status["messages_in"] >= read_by, (status, read_by)
+        assert status["store_failures"] == 0, status
+        time.sleep(2)  # more ticks: a hang declared for the wait would show
+        alerts = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 1, 3))
+        assert alerts == [], alerts
+        assert worker.poll() is None, log.read_text()[-3000:]
+    finally:
+        ranks.stop()
+        worker.terminate()
+        worker.wait(timeout=30)
+        server.stop()
+
+
+def _status(path: Path) -> dict[str, Any]:
+    try:
+        return read_status(path)
+    except (OSError, ValueError):  # not written yet
+        return {}
+
+
+def _until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
