@@ -6,10 +6,11 @@ what it fed is stored and every event read before it on its partition was acknow
 (faust commits what is acknowledged, and past a gap if there is one). A step that
 closes is stored, acknowledged and announced at once, or as soon as ``store_gap_s``
 since the previous store allows (:meth:`WorkerState.settle_in`). A timer closes steps
-whose grace period ran out, stores the buffer, acknowledges, publishes stored results
-and writes the health file. A store's inserts run in a thread while the agent reads on
-(docs/architecture.md, "Delivery"). All logic is in
-:mod:`~rankwatch.streams.ops.worker_state` and the pure core; this module moves bytes.
+whose grace period ran out, asks for a store of the buffer and writes the health file.
+A task of its own runs the stores (acknowledging and publishing what they stored), with
+the inserts in a thread, while the agent reads on (docs/architecture.md, "Delivery").
+All logic is in :mod:`~rankwatch.streams.ops.worker_state` and the pure core; this
+module moves bytes.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     status = StatusReporter(app, settings.status_file, log, guard=guard)
 
     settling = asyncio.Lock()
-    """One store-and-hand-over at a time: the agent, the timer, ``settle_closed`` and the
-    revocation handler all settle, and two interleaved ones could put a job's older
+    """One store-and-hand-over at a time: the agent (back-pressure), ``settler``, the
+    revocation handler and the shutdown all settle, and two interleaved ones could put a job's older
     jobstate message on the topic after its newer one (the next owner restores the
     latest). Publishing stays outside: announcements are deduplicated downstream."""
 
@@ -158,38 +159,38 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
             state.on_message(event, event.value, source, members)
             if state.settle_in() is not None:  # a step closed: stored and announced by
-                closed.set()  # `settle_closed` now, or once the gap (or backoff) has passed
+                wanted.set()  # `settler` now, or once the gap (or backoff) has passed
             while state.full:  # back-pressure: nothing more in memory until it is stored
                 await settle()
                 if state.full:
                     await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
-    closed = asyncio.Event()
-    """Set when steps closed (by the agent, or by the tick while a store runs): they
-    wait for :func:`settle_closed`."""
+    wanted = asyncio.Event()
+    """Set when a store is wanted (steps closed, or the tick's): :func:`settler` runs it."""
+    tick_wanted = [False]
 
     @app.task
-    async def settle_closed() -> None:
-        """Settle the steps the agent closed, at once or once their gap has passed: in a
-        task of its own, so that the agent reads on while the store answers."""
+    async def settler() -> None:
+        """Every store but back-pressure's and the last: closed steps at once or once
+        their gap has passed, and the buffer once a tick. A task of its own, so that the
+        agent reads on and the timer writes the health file while the store answers."""
         while True:
             wait = state.settle_in()
-            if wait is None:
-                closed.clear()
-                await closed.wait()
-            elif wait > 0:
-                await asyncio.sleep(wait)
-            else:
+            if tick_wanted[0] or wait == 0:
+                tick_wanted[0] = False
                 await settle()
+            elif wait is None:
+                wanted.clear()
+                await wanted.wait()
+            else:
+                await asyncio.sleep(wait)
 
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
         state.on_tick()
-        if settling.locked():  # a store is running: the health file is written all the same
-            closed.set()  # what the tick closed goes with the next store
-        else:
-            await settle()
+        tick_wanted[0] = True  # the buffer is stored by `settler`, which a slow store
+        wanted.set()  # holds, not the health file written here
         snapshot = state.snapshot()
         state.input_lag_s = state.delivery.flush_s = 0.0
         await status(snapshot)
