@@ -16,6 +16,7 @@ states that were stored but never recorded as sent are sent now (docs/detection.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -179,12 +180,23 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
 
     status = StatusReporter(app, settings.status_file, log, guard=guard)
 
-    @app.timer(interval=settings.tick_s)
-    async def tick() -> None:
-        shorten_fetch_wait(app, settings.fetch_wait_ms)
-        state.evaluate()
+    storing: list[asyncio.Task[None]] = []
+    """The running store, if any: one at a time."""
+
+    async def store_and_publish() -> None:
         await flush_in_thread(state.delivery)  # heartbeats are read meanwhile: their
         await publish(state.delivery, out_topics)  # arrival is what says a rank is silent
+
+    @app.timer(interval=settings.tick_s)
+    async def tick() -> None:
+        """Evaluate the jobs, start a store unless one runs (its rows wait for the next
+        one), and write the health file, which a slow store does not hold up."""
+        shorten_fetch_wait(app, settings.fetch_wait_ms)
+        state.evaluate()
+        if storing and storing[0].done():
+            storing.pop().result()  # a store that raised raises here, in the timer
+        if not storing:
+            storing.append(asyncio.ensure_future(store_and_publish()))
         await status(state.snapshot())
 
     return app, state
