@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from support.chdbhttp import ChdbHttp
 from support.devbroker import create_topics
 from support.hangjob import Ranks, start_worker
-from support.workers import read_topic, send_in_order
+from support.workers import read_topic, send_in_order, until
 
 from rankwatch.streams.kit.health import read_status
 
@@ -45,15 +44,15 @@ def test_heartbeats_are_read_while_a_store_waits(
     ranks.move_on()  # a healthy job: every rank on a new op at each beat
     worker = start_worker(kafka_broker, prefix, server.dsn(), log)
     try:
-        _until(lambda: _status(health).get("messages_in", 0) > 20, 90, "the worker reading")
+        until(lambda: _status(health).get("messages_in", 0) > 20, 90, "the worker reading")
         server.hang_inserts(HANG_S, 1)
         bad = [(b"job-s", b"not a heartbeat")]  # its dead-letter row is the next insert
         asyncio.run(send_in_order(kafka_broker, f"{prefix}.heartbeats", bad))
-        _until(lambda: server.hangs_left() == 0, 30, "an insert held")
+        until(lambda: server.hangs_left() == 0, 30, "an insert held")
         held_ns = time.time_ns()  # the held insert began before this
         time.sleep(HANG_S - 4)
         read_by = ranks.sent  # heartbeats the broker had 4 s before the insert answers
-        _until(lambda: _status(health).get("messages_in", 0) >= read_by, 2, "reading on")
+        until(lambda: _status(health).get("messages_in", 0) >= read_by, 2, "reading on")
         status = _status(health)
         assert status["written_ns"] < held_ns + (HANG_S - 0.5) * NS, "not during the hold"
         assert status["store_failures"] == 0 and status["buffered_rows"] > 0, status
@@ -73,10 +72,3 @@ def _status(path: Path) -> dict[str, Any]:
         return read_status(path)
     except (OSError, ValueError):  # not written yet
         return {}
-
-
-def _until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

@@ -187,6 +187,14 @@ async def send_in_order(
         await producer.stop()
 
 
+def until(done: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``done`` every 50 ms until it holds; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 def uncommitted(bootstrap: str, group: str, topic: str, partitions: int) -> int:
     """Messages of ``topic`` past the group's committed offsets (0: all committed)."""
     return asyncio.run(_lag(bootstrap, group, topic, partitions))
