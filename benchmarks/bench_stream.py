@@ -316,6 +316,7 @@ def drain(
         "steps": status.get("steps_analysed"),
         "flushes": status.get("flushes"),  # as of the last health file: one a tick or so
         "jobstates_sent": status.get("jobstates_sent"),
+        "gc": {k: status.get(k) for k in ("gc_s", "gc_collections", "gc_frozen")},
         "send_seconds": sent_s,
         "seconds": seconds,
         "records_per_s": records / seconds,

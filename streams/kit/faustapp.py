@@ -14,6 +14,7 @@ from typing import Any
 
 import faust
 
+from rankwatch.streams.kit.heap import freeze_startup
 from rankwatch.streams.kit.settings import ServiceSettings
 
 log = logging.getLogger("rankwatch.faust")
@@ -28,7 +29,7 @@ def new_app(settings: ServiceSettings, offset_reset: str = "earliest", **extra: 
     directory, beside the default chDB store, not ``<group>-data`` in it."""
     datadir = Path("var") / "faust" / settings.group
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust makes the last level only
-    return faust.App(
+    app = faust.App(
         settings.group,
         broker=f"kafka://{settings.bootstrap}",
         datadir=str(datadir),
@@ -41,6 +42,15 @@ def new_app(settings: ServiceSettings, offset_reset: str = "earliest", **extra: 
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         **extra,
     )
+    app.on_partitions_assigned.connect(_freeze_startup)  # type: ignore[arg-type]
+    return app
+
+
+async def _freeze_startup(sender: Any, assigned: Any, **_: Any) -> None:
+    """Start-up is over at the first assignment: its objects leave the collector's scans
+    (:mod:`~rankwatch.streams.kit.heap`)."""
+    if freeze_startup():
+        log.info("start-up objects frozen out of the garbage collector's scans")
 
 
 def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:

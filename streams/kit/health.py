@@ -19,6 +19,7 @@ from typing import Any
 import faust
 import orjson
 
+from rankwatch.streams.kit.heap import gc_clock
 from rankwatch.streams.kit.rewind import StallGuard
 
 
@@ -89,6 +90,7 @@ class StatusReporter:
         self.log = log
         self.every_s = every_s
         self.guard = guard
+        self.gc = gc_clock()
         self._logged = float("-inf")
 
     async def __call__(self, snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +101,7 @@ class StatusReporter:
             snapshot.update(self.guard.counters())
         snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
         snapshot["lag"] = _lag(self.app, positions)
+        snapshot.update(self.gc.snapshot())
         snapshot["problems"] = health_problems(snapshot)
         self._log(snapshot)
         if self.status_file:

@@ -86,6 +86,8 @@ def test_worker_started_before_the_producer(
     try:
         status = ready(worker)
         assert status["topics"][f"{prefix}.ops"] == PARTITIONS  # made, not auto-created
+        frozen = worker.wait_for(lambda s: s.get("gc_frozen", 0) > 0, 30, "start-up frozen")
+        assert frozen["gc_frozen"] > 10_000  # the libraries' objects, not a handful
         publish(kafka_broker, batches, topic=f"{prefix}.ops")
         took = steps_announced_within(kafka_broker, prefix, WITHIN_S)
         print(f"worker first: every step announced {took:.2f}s after the last record")
