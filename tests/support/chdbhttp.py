@@ -284,9 +284,11 @@ class ChdbHttp:
         log = self.directory / "endpoint.log"
         argv = [sys.executable, __file__, "--path", str(self.directory / "data")]
         argv += ["--port-file", str(port_file), "--port", str(self.port)]
+        from support.lifetime import tied  # here: this file also runs alone, as the endpoint
+
         with log.open("ab") as out:
             self.process = subprocess.Popen(
-                argv,
+                tied(argv),
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )

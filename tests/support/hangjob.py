@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.schemas.codec import encode
+from support.lifetime import tied
 
 NS = 1_000_000_000
 FLOOR_S = 3.0
@@ -81,4 +82,4 @@ def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess
     cmd += ["--tick", "0.3", "--offset-reset", "earliest"]
     cmd += ["--status-file", str(log.with_suffix(".status.json"))]
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+        return subprocess.Popen(tied(cmd), env=env, stdout=out, stderr=out)

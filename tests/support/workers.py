@@ -27,6 +27,7 @@ from rankwatch.streams.ops.analyser import WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.pipeline import Pipeline
 from rankwatch.streams.ops.replay import ReplayedBatch
+from support.lifetime import tied
 
 STEP_FIELDS = ("job", "step", "t_base", "t_sim", "t_ideal", "slowdown", "partial", "n_ops")
 
@@ -63,7 +64,7 @@ class WorkerProcess:
         self.status_file.unlink(missing_ok=True)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                argv or [sys.executable, "-m", "rankwatch", "worker"],
+                tied(argv or [sys.executable, "-m", "rankwatch", "worker"]),
                 env=full_env,
                 cwd=workdir,
                 stdout=out,
