@@ -39,7 +39,7 @@ from rankwatch.errors import UserError
 from rankwatch.schemas.codec import DEFAULT_MAX_BYTES
 from rankwatch.streams.hang.detector import HangConfig
 from rankwatch.streams.kit.housekeeping import DEFAULT_NICE
-from rankwatch.streams.kit.settings import DEFAULT_TIMEOUT_S
+from rankwatch.streams.kit.settings import DEFAULT_TIMEOUT_S, STOP_WAIT_S
 from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.ops.alerts import AlertConfig
 from rankwatch.streams.ops.analyser import DEFAULT_WINDOW
@@ -70,6 +70,10 @@ class KafkaConfig:
     session_timeout_s: float = 30.0
     """Kafka group session of every worker: how long a dead worker's partitions wait
     before they move to another."""
+    stop_wait_s: float = STOP_WAIT_S
+    """How long a stopping worker (SIGTERM, SIGINT) may take: its last store, its
+    consumer's goodbye to the group. Past it the process ends anyway, saying so (faust
+    waits for ever on a consumer whose broker is gone)."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +195,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_PARTITIONS": "kafka.partitions",
     "RANKWATCH_REPLICATION": "kafka.replication",
     "RANKWATCH_SESSION_TIMEOUT_S": "kafka.session_timeout_s",
+    "RANKWATCH_STOP_WAIT_S": "kafka.stop_wait_s",
     "RANKWATCH_CLICKHOUSE": "clickhouse.dsn",
     "RANKWATCH_DATABASE": "clickhouse.database",
     "RANKWATCH_HOUSEKEEPING_NICE": "clickhouse.housekeeping_nice",
@@ -258,6 +263,7 @@ def service_settings(config: Config, group_suffix: str = "") -> dict[str, Any]:
         "topic_prefix": config.kafka.topic_prefix,
         "partitions": config.kafka.partitions,
         "session_timeout_s": config.kafka.session_timeout_s,
+        "stop_wait_s": config.kafka.stop_wait_s,
         "housekeeping_nice": config.clickhouse.housekeeping_nice,
         "store_timeout_s": config.clickhouse.timeout_s,
     }

@@ -42,11 +42,10 @@ def register(sub: Any) -> None:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    from faust.worker import Worker
-
     from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.hang.detector import HangConfig
     from rankwatch.streams.hang.worker import HangSettings, build_hang_app
+    from rankwatch.streams.kit.faustapp import serve
     from rankwatch.topics import make_topics
 
     flags = {
@@ -73,7 +72,7 @@ def run_worker(args: argparse.Namespace) -> int:
     report = make_topics(config.kafka, [f"{prefix}.{kind}" for kind in kinds])
     app, state = build_hang_app(settings)
     state.topics = dict(report.partitions)
-    Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+    serve(app, args.loglevel, settings.stop_wait_s)
     return 0
 
 

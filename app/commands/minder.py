@@ -298,9 +298,8 @@ def _detect_live(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from faust.worker import Worker
-
     from rankwatch.config import load_config, service_settings, with_flags
+    from rankwatch.streams.kit.faustapp import serve
     from rankwatch.streams.minder.online import OnlineConfig
     from rankwatch.streams.minder.worker import MinderSettings, build_minder_app
     from rankwatch.topics import make_topics
@@ -335,5 +334,5 @@ def _worker(args: argparse.Namespace) -> int:
     )
     app, state = build_minder_app(settings)
     state.topics = dict(report.partitions)
-    Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+    serve(app, args.loglevel, settings.stop_wait_s)
     return 0

@@ -32,9 +32,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.health:
         return _health(args)
-    from faust.worker import Worker
-
     from rankwatch.config import load_config, service_settings, with_flags
+    from rankwatch.streams.kit.faustapp import serve
     from rankwatch.streams.ops.alerts import AlertConfig
     from rankwatch.streams.ops.worker import (
         JOBSTATE_TOPIC_CONFIG,
@@ -76,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     )
     app, state = build_app(settings)
     state.topics = {**report.partitions, **handover.partitions}
-    Worker(app, loglevel=args.loglevel, quiet=True).execute_from_commandline()
+    serve(app, args.loglevel, settings.stop_wait_s)
     return 0
 
 

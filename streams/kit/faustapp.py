@@ -8,6 +8,8 @@ web server, where a new group starts) is fixed for all.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,52 @@ async def _freeze_startup(sender: Any, assigned: Any, **_: Any) -> None:
     (:mod:`~rankwatch.streams.kit.heap`)."""
     if freeze_startup():
         log.info("start-up objects frozen out of the garbage collector's scans")
+
+
+def serve(app: faust.App, loglevel: str, stop_wait_s: float) -> None:
+    """Run ``app`` as faust's worker until a signal stops it. A stop that takes longer
+    than ``stop_wait_s`` ends the process (exit status 1), with an error in the log.
+
+    Faust waits for ever on a consumer whose broker is gone: its consumer thread's
+    fetcher fails to close, and nothing ends the wait (seen with the ops and the hang
+    worker, SIGTERM two seconds after their broker stopped: still running a minute
+    later). Ending the process then costs what a crash costs: the next owner reads from
+    the last committed offset, and the ops and Minder workers commit only what is
+    stored (docs/running.md).
+
+    ``stop`` is mode's public ``Service.stop``, which the signal handlers call."""
+    from faust.worker import Worker
+
+    class _Worker(Worker):
+        async def stop(self) -> None:
+            _exit_after(stop_wait_s)
+            await super().stop()
+
+    _Worker(app, loglevel=loglevel, quiet=True).execute_from_commandline()
+
+
+_deadline: list[threading.Timer] = []
+
+
+def _exit_after(wait_s: float) -> None:
+    """End the process ``wait_s`` from the first call (a daemon thread: it fires however
+    the event loop is stuck, and does not keep a process that stopped in time)."""
+    if _deadline:
+        return
+
+    def fire() -> None:
+        log.error(
+            "still stopping %.0f s after the stop began (a broker that is gone?): exiting"
+            " now, as after a crash: the next owner reads from the last committed offset",
+            wait_s,
+        )
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(wait_s, fire)
+    timer.daemon = True
+    _deadline.append(timer)
+    timer.start()
 
 
 def shorten_fetch_wait(app: faust.App, wait_ms: int) -> None:

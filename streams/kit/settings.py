@@ -15,9 +15,14 @@ from rankwatch.streams.kit.housekeeping import DEFAULT_NICE
 
 DEFAULT_TIMEOUT_S = 30.0
 """How long a ClickHouse server may stay silent on one request before the store calls
-it a transient failure (the worker then keeps the rows and retries with backoff). The
-worker stores from its event loop, so this bounds how long a hung server holds the
-loop (clickhouse-connect's own default is 300 s)."""
+it a transient failure (the worker then keeps the rows and retries with backoff). This
+bounds how long a hung server holds a store: the ops and hang workers read on meanwhile,
+the Minder worker's event loop waits (clickhouse-connect's own default is 300 s)."""
+
+STOP_WAIT_S = 25.0
+"""How long a stopping worker may take before the process ends anyway: under
+Kubernetes' default grace of 30 s, so the worker's own log says why it ended, not a
+SIGKILL (``streams/kit/faustapp.py``, ``serve``)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,8 @@ class ServiceSettings:
     """How often the worker's timer runs (closing steps, evaluating jobs, storing)."""
     session_timeout_s: float = 30.0
     """Kafka group session: how long a killed worker's partitions wait for a successor."""
+    stop_wait_s: float = STOP_WAIT_S
+    """How long a stop (SIGTERM, SIGINT) may take before the process ends anyway."""
     housekeeping_nice: int = DEFAULT_NICE
     """Embedded chDB's background threads run at this nice value (0: untouched)."""
     store_timeout_s: float = DEFAULT_TIMEOUT_S

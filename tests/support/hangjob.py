@@ -72,10 +72,14 @@ class Ranks:
             await producer.stop()
 
 
-def start_worker(bootstrap: str, prefix: str, dsn: str, log: Path) -> subprocess.Popen[bytes]:
+def start_worker(
+    bootstrap: str, prefix: str, dsn: str, log: Path, **extra: str
+) -> subprocess.Popen[bytes]:
     """A ``rankwatch hang worker`` (floor ``FLOOR_S``, silent after 10 s, ticks of 0.3 s)
-    logging to ``log``, its health file beside it (``.status.json``)."""
+    logging to ``log``, its health file beside it (``.status.json``); ``extra``: more
+    environment."""
     env = {**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix, "RANKWATCH_GROUP": f"{prefix}-g"}
+    env.update(extra)
     env["RANKWATCH_SESSION_TIMEOUT_S"] = "6"  # the killed worker's partition moves on soon
     cmd = [sys.executable, "-m", "rankwatch", "hang", "worker", "--kafka", bootstrap]
     cmd += ["--clickhouse", dsn, "--floor", str(FLOOR_S), "--silent-after", "10"]
