@@ -6,8 +6,10 @@ Each test starts a broker of its own, since it stops it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from support.devbroker import DevBroker
 from support.hangjob import start_worker
+from support.lifetime import tied
 from support.workers import WorkerProcess
 
 from rankwatch.streams.kit.health import read_status
@@ -38,18 +41,24 @@ def broker(tmp_path: Path) -> Iterator[DevBroker]:
 def _start(
     kind: str, broker: DevBroker, tmp_path: Path, stop_wait_s: float
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    """The worker of ``kind`` (ops or hang) and its log, once its health file says it
-    has its partitions."""
+    """The worker of ``kind`` (ops, hang or minder) and its log, once its health file
+    says it has its partitions."""
     prefix = f"t{uuid.uuid4().hex[:10]}"
     dsn = f"chdb://{tmp_path / 'chdb'}"
     env = {"RANKWATCH_STOP_WAIT_S": str(stop_wait_s)}
+    log = tmp_path / f"{kind}.log"
+    status = log.with_suffix(".status.json")
     if kind == "ops":
         worker = WorkerProcess(broker.bootstrap, prefix, dsn, tmp_path, "ops", **env)
         proc, log, status = worker.proc, worker.log, worker.status_file
-    else:
-        log = tmp_path / "hang.log"
+    elif kind == "hang":
         proc = start_worker(broker.bootstrap, prefix, dsn, log, **env)
-        status = log.with_suffix(".status.json")
+    else:
+        env |= {"RANKWATCH_TOPIC_PREFIX": prefix, "RANKWATCH_GROUP": f"{prefix}-g"}
+        cmd = [sys.executable, "-m", "rankwatch", "minder", "worker"]
+        cmd += ["--kafka", broker.bootstrap, "--clickhouse", dsn, "--status-file", str(status)]
+        with log.open("ab") as out:
+            proc = subprocess.Popen(tied(cmd), env={**os.environ, **env}, stdout=out, stderr=out)
     deadline = time.monotonic() + 90
     while not _assigned(status):
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
@@ -78,7 +87,7 @@ def _stop(proc: subprocess.Popen[bytes], within_s: float) -> tuple[int | None, f
     return rc, time.monotonic() - began
 
 
-@pytest.mark.parametrize("kind", ["ops", "hang"])
+@pytest.mark.parametrize("kind", ["ops", "hang", "minder"])
 def test_a_worker_whose_broker_is_gone_still_stops(
     kind: str, broker: DevBroker, tmp_path: Path
 ) -> None:
@@ -93,7 +102,7 @@ def test_a_worker_whose_broker_is_gone_still_stops(
     assert GIVE_UP in text  # the log says why it ended
 
 
-@pytest.mark.parametrize("kind", ["ops", "hang"])
+@pytest.mark.parametrize("kind", ["ops", "hang", "minder"])
 def test_a_worker_with_its_broker_stops_cleanly_before_the_deadline(
     kind: str, broker: DevBroker, tmp_path: Path
 ) -> None:
