@@ -36,7 +36,7 @@ def test_startup_is_frozen_once_and_frozen_objects_stay_out_of_scans() -> None:
         frozen = gc.get_freeze_count()
         assert frozen >= len(kept)
         assert not freeze_startup()  # a second assignment freezes nothing more
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() <= frozen  # (frozen objects are still freed by refcount)
         scanned = gc.get_objects()  # what the collector's generations hold
         assert not any(o is kept[0] for o in scanned)
         assert gc.is_tracked(kept[0])
