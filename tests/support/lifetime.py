@@ -7,7 +7,10 @@ such orphans ran through a whole benchmark session. Linux sends a child a signal
 choice when its parent dies (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``);
 util-linux's ``setpriv`` sets it and then runs the command, so the child is the command
 itself (its pid is ``Popen.pid``) and nothing runs between fork and exec (a
-``preexec_fn`` can deadlock a child forked beside other threads).
+``preexec_fn`` can deadlock a child forked beside other threads). A parent that dies
+while ``setpriv`` starts, before it has set the signal, leaves that child untied (a
+clean-clone CI met this window once, in this module's own test, which killed the
+parent at once; the test now waits until the command runs).
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ import pytest
 _PARENT = """
 import subprocess, sys, time
 from support.lifetime import tied
-child = subprocess.Popen(tied([sys.executable, "-c", "import time; time.sleep(120)"]))
+command = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+child = subprocess.Popen(tied(command), stdout=subprocess.PIPE)
+child.stdout.readline()  # the command runs: setpriv set the signal before it ran it
 print(child.pid, flush=True)
 time.sleep(120)
 """
