@@ -19,7 +19,7 @@ import pytest
 from support.devbroker import DevBroker
 from support.hangjob import start_worker
 from support.lifetime import tied
-from support.workers import WorkerProcess
+from support.workers import WorkerProcess, until
 
 from rankwatch.streams.kit.health import read_status
 
@@ -59,11 +59,8 @@ def _start(
         cmd += ["--kafka", broker.bootstrap, "--clickhouse", dsn, "--status-file", str(status)]
         with log.open("ab") as out:
             proc = subprocess.Popen(tied(cmd), env={**os.environ, **env}, stdout=out, stderr=out)
-    deadline = time.monotonic() + 90
-    while not _assigned(status):
-        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-        assert time.monotonic() < deadline, "no partitions assigned in 90 s"
-        time.sleep(0.2)
+    until(lambda: _assigned(status) or proc.poll() is not None, 90, "partitions assigned")
+    assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
     return proc, log
 
 
