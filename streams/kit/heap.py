@@ -13,8 +13,11 @@ since: its jobs' state, held messages and rows. Objects frozen are still freed b
 reference counting; only a cycle among them would outlive its use, and start-up objects
 live as long as the process anyway.
 
-The collector's own figures (collections per generation, seconds) go into every worker's
-health file (:class:`GcClock`), so its share is seen, not guessed.
+The collector's own figures (collections per generation, seconds, objects frozen at
+start-up) go into every worker's health file (:class:`GcClock`), so its share is seen,
+not guessed. The frozen count is the one taken at the freeze: ``gc.get_freeze_count()``
+walks the whole frozen list, and asked once a tick it took 2.5% of an SE-shaped drain's
+CPU (a py-spy profile: cold memory, about 20 ms a call for 127k objects).
 """
 
 from __future__ import annotations
@@ -46,11 +49,13 @@ class GcClock:
         return {
             "gc_s": round(self.seconds, 3),
             "gc_collections": list(self.collections),
-            "gc_frozen": gc.get_freeze_count(),
+            "gc_frozen": _frozen[0] if _frozen else 0,
         }
 
 
 _clock: GcClock | None = None
+_frozen: list[int] = []
+"""How many objects :func:`freeze_startup` froze (empty until it has)."""
 
 
 def gc_clock() -> GcClock:
@@ -69,4 +74,5 @@ def freeze_startup() -> bool:
         return False
     gc.collect()  # what start-up left as garbage goes first, not into the frozen set
     gc.freeze()
+    _frozen[:] = [gc.get_freeze_count()]
     return True

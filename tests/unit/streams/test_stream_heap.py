@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rankwatch.streams.kit import heap
 from rankwatch.streams.kit.heap import GcClock, freeze_startup
 
 
@@ -27,7 +28,7 @@ def test_the_clock_counts_each_collection_by_generation(clock: GcClock) -> None:
     assert counted["gc_s"] >= 0.0
 
 
-def test_startup_is_frozen_once_and_frozen_objects_stay_out_of_scans() -> None:
+def test_startup_is_frozen_once_and_frozen_objects_stay_out_of_scans(clock: GcClock) -> None:
     if gc.get_freeze_count():
         pytest.skip("this process froze its heap before the test")
     try:
@@ -40,5 +41,7 @@ def test_startup_is_frozen_once_and_frozen_objects_stay_out_of_scans() -> None:
         scanned = gc.get_objects()  # what the collector's generations hold
         assert not any(o is kept[0] for o in scanned)
         assert gc.is_tracked(kept[0])
+        assert clock.snapshot()["gc_frozen"] >= frozen  # the count taken at the freeze
     finally:
         gc.unfreeze()
+        heap._frozen.clear()
