@@ -287,24 +287,33 @@ class Delivery:
         self.counters.send_failures += 1
         self._ready[:0] = publications
 
-    def sent(self, publications: list[Publication]) -> None:
+    def sent(self, publications: list[Publication]) -> int:
         """The broker has these. With ``record_sent``, each alert among them gets its
-        ``announced`` row, stored at once when the store allows (else with the next
-        flush: a kill before that makes the restarted worker send it again)."""
+        ``announced`` row, buffered for the next flush (:func:`publish` starts one at
+        once, its insert in a thread; a kill before it is stored makes the restarted
+        worker send the alert again). Returns how many rows it buffered.
+
+        It used to store them itself, on the caller's thread: the event loop then
+        waited on the server (up to the store's timeout) after every alert sent, and a
+        hang worker, which judges ranks by when their heartbeats arrive, read none."""
         self.counters.published += len(publications)
         if not self.record_sent:
-            return
+            return 0
         now, out = self.wall_ns(), Output()
         for pub in publications:
             if pub.kind == "alerts":
                 out.add("announced", announced_row(decode("alerts", pub.value), now))
         if not out.rows:
-            return
+            return 0
         n = len(out.rows["announced"])
-        self.sink.write(out)
+        self.write(out)
         self.counters.recorded_sent += n
-        if self.flush():  # tests and operators read this line: the record is stored
-            log.info("%d alert states sent and recorded", n)
+        return n
+
+    @property
+    def flying(self) -> bool:
+        """Whether a flush is running (begun and not ended)."""
+        return self._flying is not None
 
     def sink_lag_s(self) -> float:
         """Age of the oldest row not stored yet (0.0: none)."""
@@ -355,7 +364,11 @@ async def publish(delivery: Delivery, topics: dict[str, Any]) -> None:
         delivery.unsent(ready)
         log.warning("%d messages not sent yet (%s): retried next tick", len(ready), exc)
         return
-    delivery.sent(ready)
+    recorded = delivery.sent(ready)
+    # a flush already running (another task's) leaves the rows to the next one
+    if recorded and not delivery.flying and await flush_in_thread(delivery):
+        log.info("%d alert states sent and recorded", recorded)  # tests and operators
+        # read this line: the record is stored
 
 
 async def deliver(topics: dict[str, Any], publications: Iterable[Publication]) -> None:

@@ -72,3 +72,38 @@ def _status(path: Path) -> dict[str, Any]:
         return read_status(path)
     except (OSError, ValueError):  # not written yet
         return {}
+
+
+def test_heartbeats_are_read_while_a_sent_alert_is_recorded(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """The record of a sent alert (``announced``) was stored on the event loop, right
+    after the send: a server slow to take it stopped the worker reading heartbeats. It
+    is now stored in a thread too (``kit.delivery.publish``)."""
+    prefix = f"t.hangsent.{uuid.uuid4().hex[:8]}"
+    kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
+    server = ChdbHttp(tmp_path / "endpoint").start()
+    server.hang_inserts(HANG_S, 1, table="announced")
+    log = artifacts_dir / "hang-worker.log"
+    health = log.with_suffix(".status.json")
+    ranks = Ranks(kafka_broker, f"{prefix}.heartbeats", "job-r")  # hung: rank 1 stuck
+    worker = start_worker(kafka_broker, prefix, server.dsn(), log)
+    try:
+        fired = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 1, 90))
+        assert [a["state"] for a in fired] == ["firing"], log.read_text()[-3000:]
+        until(lambda: server.hangs_left() == 0, 30, "the record's insert held")
+        held_ns = time.time_ns()  # the held insert began before this
+        time.sleep(HANG_S - 4)
+        read_by = ranks.sent  # heartbeats the broker had 4 s before the insert answers
+        until(lambda: _status(health).get("messages_in", 0) >= read_by, 2, "reading on")
+        assert _status(health)["written_ns"] < held_ns + (HANG_S - 0.5) * NS
+        until(lambda: "alert states sent and recorded" in log.read_text(), 30, "recorded")
+        status = _status(health)
+        assert status["store_failures"] == 0 and status["recorded_sent"] == 1, status
+        assert worker.poll() is None, log.read_text()[-3000:]
+    finally:
+        ranks.stop()
+        worker.terminate()
+        worker.wait(timeout=30)
+        server.stop()

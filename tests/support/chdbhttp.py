@@ -114,24 +114,25 @@ class Engine:
 
 
 class Countdown:
-    """What to do to the next inserts: a control file holds "value count" (written by
-    the test: the error code to refuse with, or the seconds to hang before answering)."""
+    """What to do to the next inserts: a control file holds "value count [table]"
+    (written by the test: the error code to refuse with, or the seconds to hang before
+    answering; with a table, only inserts into it count)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
 
-    def next(self) -> float | None:
-        """The value for this insert, or None; counts down."""
+    def next(self, table: str = "") -> float | None:
+        """The value for this insert (into ``table``), or None; counts down."""
         with self._lock:
             try:
-                value, count = self.path.read_text().split()
+                value, count, *only = self.path.read_text().split()
                 left = int(count)
             except (OSError, ValueError):
                 return None
-            if left <= 0:
+            if left <= 0 or (only and only[0] != table):
                 return None
-            self.path.write_text(f"{value} {left - 1}")
+            self.path.write_text(" ".join([value, str(left - 1), *only]))
             return float(value)
 
 
@@ -217,7 +218,7 @@ def _handler(
             self, head: re.Match[bytes], data: bytes, database: str | None, settings: Any
         ) -> bytes:
             statement, fmt = head[1].decode(), head[2].decode()
-            hang = hangs.next()
+            hang = hangs.next(_table(statement))
             if hang is not None:  # a server that takes the insert and answers late
                 time.sleep(hang)
             code = refusals.next()
@@ -241,6 +242,12 @@ def _handler(
             self.wfile.write(body)
 
     return Handler
+
+
+def _table(statement: str) -> str:
+    """The table an ``INSERT INTO [db.]table ...`` statement names, unquoted."""
+    target = statement.split()[2] if len(statement.split()) > 2 else ""
+    return target.split("(")[0].rpartition(".")[2].strip('`"')
 
 
 def _code(exc: Exception) -> str:
@@ -308,17 +315,18 @@ class ChdbHttp:
     def refusals_left(self) -> int:
         return self._left("refuse")
 
-    def hang_inserts(self, seconds: float, count: int) -> None:
-        """Hold each of the next ``count`` inserts ``seconds`` before running it and
-        answering (other requests are answered meanwhile), as a hung server does."""
-        self._control("hang", seconds, count)
+    def hang_inserts(self, seconds: float, count: int, table: str = "") -> None:
+        """Hold each of the next ``count`` inserts (into ``table``, if given) ``seconds``
+        before running it and answering (other requests are answered meanwhile), as a
+        hung server does."""
+        self._control("hang", seconds, count, table)
 
     def hangs_left(self) -> int:
         return self._left("hang")
 
-    def _control(self, name: str, value: float, count: int) -> None:
+    def _control(self, name: str, value: float, count: int, table: str = "") -> None:
         tmp = self.directory / f"{name}.tmp"
-        tmp.write_text(f"{value} {count}")
+        tmp.write_text(f"{value} {count} {table}".rstrip())
         tmp.replace(self.directory / name)
 
     def _left(self, name: str) -> int:

@@ -84,6 +84,7 @@ def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
     now[0] += 60 * NS  # still stuck: not declared again
     assert tick(second) == []
     second.delivery.sent([again])
+    assert second.delivery.flush()
     assert second.delivery.sink.store is not None
     second.delivery.sink.store.close()
     third = worker()

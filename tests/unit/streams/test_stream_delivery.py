@@ -88,7 +88,9 @@ def test_sent_alerts_are_recorded_and_other_kinds_are_not() -> None:
     d = delivery(store, clock, record_sent=True)
     alert = Publication("alerts", "j", encode("alerts", example("alerts")))
     step = Publication("steps", "j", encode("steps", example("steps")))
-    d.sent([alert, step])
+    assert d.sent([alert, step]) == 1
+    assert "announced" not in store.rows  # buffered: the shell stores it in a thread
+    assert d.flush()
     (row,) = store.rows["announced"]
     assert (row["alert_id"], row["state"]) == (example("alerts")["alert_id"], "firing")
     assert d.counters.published == 2 and d.counters.recorded_sent == 1
