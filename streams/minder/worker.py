@@ -36,7 +36,7 @@ import numpy as np
 from rankwatch.schemas.codec import InvalidMessage, decode
 from rankwatch.streams.kit.acks import InOrder
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
-from rankwatch.streams.kit.delivery import Delivery, publish
+from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
@@ -181,10 +181,20 @@ class MinderState:
         self.heard[msg["job"]] = self.clock()
 
     def on_tick(self) -> bool:
-        """Evaluate every job and store the rows (snapshots last); True when everything is
-        stored: :attr:`acks` then holds what the stored rows cover, and the alerts may be
-        published. A store that fails keeps rows, alerts and acknowledgements for the next
-        tick."""
+        """Evaluate every job and store the rows (snapshots last), on the caller's
+        thread; True when everything is stored: :attr:`acks` then holds what the stored
+        rows cover, and the alerts may be published. A store that fails keeps rows,
+        alerts and acknowledgements for the next tick. (The worker itself evaluates on
+        its timer and stores in a thread: :func:`build_minder_app`.)"""
+        self.evaluate()
+        tokens = self.take_settled()
+        stored = self.delivery.flush()
+        self.stored(tokens, stored)
+        return stored
+
+    def evaluate(self) -> None:
+        """Evaluate every job: its rows (snapshots last) and alerts are buffered, and the
+        messages a buffered snapshot covers join :attr:`settled`."""
         for job, monitor in self.monitors.items():
             before = monitor.next_end_ns
             result: MonitorOutput = monitor.evaluate()
@@ -196,11 +206,21 @@ class MinderState:
                 self._snapshot(job, monitor, out)
             self.delivery.write(out)
         self._release_idle()
-        if not self.delivery.flush():
-            return False
-        self.acks += self.settled
-        self.settled = []
-        return True
+
+    def take_settled(self) -> list[Token]:
+        """The messages the buffered rows settle. Take them right before a flush begins,
+        with nothing in between: a message settled later (a dead letter read while the
+        flush runs) has rows the flush does not hold."""
+        taken, self.settled = self.settled, []
+        return taken
+
+    def stored(self, tokens: list[Token], ok: bool) -> None:
+        """The flush that followed :meth:`take_settled` stored everything (``ok``): its
+        messages may be acknowledged; else they wait for the next flush."""
+        if ok:
+            self.acks += tokens
+        else:
+            self.settled[:0] = tokens
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""
@@ -318,22 +338,44 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
 
     status = StatusReporter(app, settings.status_file, log, guard=guard)
 
-    @app.timer(interval=settings.tick_s)
-    async def tick() -> None:
-        state.on_tick()
+    storing = asyncio.Lock()
+    """One store at a time (the timer's task, the revocation's)."""
+    running: list[asyncio.Task[None]] = []
+    """The timer's store, if one runs."""
+
+    async def store() -> None:
+        """Store what is buffered, the inserts in a thread (the agent reads on and the
+        timer evaluates and writes the health file while a slow server answers), then
+        acknowledge what it covers. Hold ``storing``."""
+        tokens = state.take_settled()
+        state.stored(tokens, await flush_in_thread(state.delivery))
         for event in state.take_acks():
             event.ack()
-        await publish(state.delivery, topics)
+
+    async def store_and_publish() -> None:
+        async with storing:
+            await store()
+            await publish(state.delivery, topics)
+
+    @app.timer(interval=settings.tick_s)
+    async def tick() -> None:
+        """Evaluate the jobs, start a store unless one runs (what is buffered meanwhile
+        waits for the next), and write the health file."""
+        state.evaluate()
+        if running and running[0].done():
+            running.pop().result()  # a store that raised raises here, in the timer
+        if not running:
+            running.append(asyncio.ensure_future(store_and_publish()))
         await status(state.snapshot())
 
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         """Store what is due (snapshots included, so the next owner recalls them) and
         acknowledge what it covers, then give the revoked partitions' jobs up."""
-        state.on_tick()
-        for event in state.take_acks():
-            event.ack()
-        state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
-        await publish(state.delivery, topics)
+        state.evaluate()
+        async with storing:  # after a running store: one flush at a time
+            await store()
+            state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+            await publish(state.delivery, topics)
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
     return app, state

@@ -116,3 +116,24 @@ def test_revoked_partitions_jobs_are_recalled_from_their_snapshot_by_the_next_ow
     rest = state.take_acks()
     assert {t for t in rest if t[1] == "j"} == {("again", "j", s) for s in range(23)}
     assert {t for t in acked + rest if t[1] == "k"} == {("first", "k", s) for s in range(5)}
+
+
+def test_a_message_refused_while_a_flush_runs_waits_for_the_next_flush() -> None:
+    """The worker stores in a thread and reads on: a dead letter read meanwhile has its
+    row buffered after the flush took the buffer, so that flush must not acknowledge it."""
+    settings = MinderSettings("b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=10))
+    store = MemoryStore()
+    state = MinderState(settings, store=store)  # type: ignore[arg-type]
+    state.on_message(b"not a sample", token="first")
+    state.evaluate()
+    tokens = state.take_settled()
+    flush = state.delivery.begin()  # the flush the worker runs in a thread
+    assert flush is not None
+    state.on_message(b"nor this", token="meanwhile")  # read while the insert waits
+    state.delivery.run(flush)
+    state.stored(tokens, state.delivery.end(flush))
+    assert state.take_acks() == ["first"]
+    assert len(store.rows["dead_letters"]) == 1
+    assert state.on_tick()  # the next store takes the second row, then lets it go
+    assert state.take_acks() == ["meanwhile"]
+    assert len(store.rows["dead_letters"]) == 2
