@@ -51,15 +51,23 @@ class HangService:
         self._dumps: dict[str, dict[int, Dump]] = {}
 
     def on_heartbeat(self, data: bytes, source: Source, now_ns: int) -> Output:
+        message, out = self.read_heartbeat(data, source, now_ns)
+        if message is not None:
+            job = message["job"]
+            if self.recall is not None and not self.detector.knows(job):
+                self.detector.restore(job, *self.recall(job))
+            self.detector.observe(message, now_ns)
+        return out
+
+    def read_heartbeat(
+        self, data: bytes, source: Source, now_ns: int
+    ) -> tuple[dict[str, Any] | None, Output]:
+        """The decoded heartbeat and no rows, or None and its dead-letter rows (for a
+        shell that recalls a job first met on its own time, then ``detector.observe``)."""
         try:
-            message = decode("heartbeats", data)
+            return decode("heartbeats", data), Output()
         except InvalidMessage as exc:
-            return self._dead(data, source, now_ns, exc)
-        job = message["job"]
-        if self.recall is not None and not self.detector.knows(job):
-            self.detector.restore(job, *self.recall(job))
-        self.detector.observe(message, now_ns)
-        return Output()
+            return None, self._dead(data, source, now_ns, exc)
 
     def on_stacks(self, data: bytes, source: Source, now_ns: int) -> Output:
         """Keep the rank's latest dump; if its job is hung, re-merge the episode's stacks."""

@@ -11,7 +11,11 @@ recorded in ``announced`` once the broker has it.
 A job first met (after a restart, or a rebalance) is recalled from the store: its open
 episode (the latest stored ``hang`` alert, if firing) is reopened, and its latest alert
 states that were stored but never recorded as sent are sent now (docs/detection.md,
-"After a restart").
+"After a restart"). The lookup runs in a thread, and the job's heartbeats are held
+until it answers, then taken at the times they came; the other jobs' heartbeats are
+read on meanwhile. Done on the event loop, a lookup behind a slow insert (the store
+serves one request at a time) stopped every job's heartbeats, and the next tick found
+their ranks silent.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +47,22 @@ DETECTOR = "hang"
 SNAPSHOT_EVERY_S = 10
 """A job's step-time baseline is stored at most this often (it changes every step)."""
 NS = 1_000_000_000
+MAX_HELD = 100_000
+"""Heartbeats a job holds while its recall runs; past it the oldest go (counted). A
+recall takes milliseconds; one behind a hung server waits up to the store's timeout,
+and a job of 10,000 ranks beating once a second sends 300,000 heartbeats in 30 s."""
+
+
+@dataclass(frozen=True)
+class Recollection:
+    """What the store holds of a job first met (:meth:`HangState.look_up`)."""
+
+    unsent: list[dict[str, Any]]
+    """Alert states stored but never recorded as sent."""
+    latest: list[dict[str, Any]]
+    """The latest ``hang`` alert row, if any."""
+    baseline: dict[str, Any] | None
+    """The latest step-time snapshot, if any."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +94,7 @@ class HangState:
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.settings = settings
-        self.service = HangService(settings.hang, recall=self._recall)
+        self.service = HangService(settings.hang)  # recalls: take_recalls, recalled
         self.delivery = Delivery.for_settings(settings, store, record_sent=True, wall_ns=clock)
         self.clock = clock
         self.messages_in = 0
@@ -81,12 +102,69 @@ class HangState:
         """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
         self.restored_episodes = 0
         self.reannounced = 0
+        self.held_dropped = 0
+        """Heartbeats dropped from a job's held ones past ``MAX_HELD`` (oldest first)."""
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
+        self._held: dict[str, deque[tuple[dict[str, Any], int]]] = {}
+        """job -> (heartbeat, arrival ns) read while the job's recall runs"""
+        self._to_recall: list[str] = []
+        """Jobs first met whose recall is not started yet (:meth:`take_recalls`)."""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
+        """One heartbeat, at its arrival time; a job not recalled yet holds it."""
         self.messages_in += 1
-        self.delivery.write(self.service.on_heartbeat(value, source, self.clock()))
+        now = self.clock()
+        message, out = self.service.read_heartbeat(value, source, now)
+        self.delivery.write(out)
+        if message is None:
+            return
+        job = message["job"]
+        held = self._held.get(job)
+        if held is None and self.service.detector.knows(job):
+            self.service.detector.observe(message, now)
+            return
+        if held is None:
+            held = self._held[job] = deque()
+            self._to_recall.append(job)
+        if len(held) == MAX_HELD:
+            held.popleft()
+            self.held_dropped += 1
+        held.append((message, now))
+
+    def take_recalls(self) -> list[str]:
+        """Jobs first met since the last call. For each, run :meth:`look_up` (it may
+        wait on the store: the worker runs it in a thread) and give what it found to
+        :meth:`recalled`."""
+        jobs, self._to_recall = self._to_recall, []
+        return jobs
+
+    def look_up(self, job: str) -> Recollection | None:
+        """What the store holds of ``job``; None when it cannot answer (logged: the job
+        starts afresh). Store calls only, no state touched: safe in a thread."""
+        try:
+            store = self.delivery.store()
+            return Recollection(
+                unsent=unannounced(store, job, "hang"),
+                latest=store.query(_LATEST_HANG, {"job": job}),
+                baseline=load_snapshot(store, job, DETECTOR),
+            )
+        except StoreError as exc:
+            log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
+            return None
+
+    def recalled(self, job: str, found: Recollection | None) -> None:
+        """Restore ``job`` from ``found`` (:meth:`look_up`), then take the heartbeats it
+        held, in order, at the times they came."""
+        self.service.detector.restore(job, *self._recall(job, found))
+        for message, at in self._held.pop(job, ()):
+            self.service.detector.observe(message, at)
+
+    def recall_waiting(self) -> None:
+        """Every recall not started yet, here and now (tests, and callers without an
+        event loop)."""
+        for job in self.take_recalls():
+            self.recalled(job, self.look_up(job))
 
     def on_stacks(self, value: bytes, source: Source) -> None:
         self.messages_in += 1
@@ -101,6 +179,8 @@ class HangState:
             "open_episodes": len(self.service.detector.episodes()),
             "restored_episodes": self.restored_episodes,
             "reannounced_alerts": self.reannounced,
+            "recalls_waiting": len(self._held),
+            "held_dropped": self.held_dropped,
             **self.delivery.snapshot(),
             "topics": dict(self.topics),
         }
@@ -116,26 +196,23 @@ class HangState:
         self.delivery.write(self.service.on_tick(self.clock()))
         self.delivery.write(self._snapshots())
 
-    def _recall(self, job: str) -> tuple[Episode | None, list[float]]:
+    def _recall(self, job: str, found: Recollection | None) -> tuple[Episode | None, list[float]]:
         """The job's open episode and step times as stored; its unsent alert states
-        queued for sending. A store that cannot answer leaves the job unrecalled
-        (logged): it starts afresh."""
-        try:
-            store = self.delivery.store()
-            stored = unannounced(store, job, "hang")
-            latest = store.query(_LATEST_HANG, {"job": job})
-            baseline = load_snapshot(store, job, DETECTOR) or {"step_times": []}
-        except StoreError as exc:
-            log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
+        queued for sending."""
+        if found is None:
             return None, []
+        baseline = found.baseline or {"step_times": []}
         self._baselines[job] = (tuple(baseline["step_times"]), self.clock())
-        self.reannounced += len(stored)
-        for alert in stored:
+        self.reannounced += len(found.unsent)
+        for alert in found.unsent:
             self.delivery.announce("alerts", job, alert)
+        latest = found.latest
         episode = episode_from_alert(_alert_message(latest[0])) if latest else None
         self.restored_episodes += episode is not None
         what = f"episode {episode.episode_id} open" if episode else "no open episode"
-        log.info("job %s recalled: %s, %d unsent alert states sent again", job, what, len(stored))
+        log.info(
+            "job %s recalled: %s, %d unsent alert states sent again", job, what, len(found.unsent)
+        )
         return episode, list(baseline["step_times"])
 
     def _snapshots(self) -> Output:
@@ -164,12 +241,26 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     inputs = {kind: topic(kind) for kind in ("heartbeats", "stacks")}
     guard = StallGuard(app, [t.get_topic_name() for t in inputs.values()], log)
 
+    recalls: set[asyncio.Task[None]] = set()
+    """Running recalls (a reference each, so that none is collected mid-way)."""
+
+    async def recall(job: str) -> None:
+        try:
+            state.recalled(job, await asyncio.to_thread(state.look_up, job))
+        except Exception:  # never leave a job's heartbeats held for good
+            log.exception("recall of job %s failed: its state starts afresh", job)
+            state.recalled(job, None)
+
     @app.agent(inputs["heartbeats"])
     async def heartbeats(stream: Any) -> None:
         guard.stream(inputs["heartbeats"].get_topic_name(), stream)
         async for event in stream.events():
             guard.handed(event.message)
             state.on_heartbeat(event.value, _source(event.message))
+            for job in state.take_recalls():  # in a thread: the others read on
+                task = asyncio.ensure_future(recall(job))
+                recalls.add(task)
+                task.add_done_callback(recalls.discard)
 
     @app.agent(inputs["stacks"])
     async def stacks(stream: Any) -> None:

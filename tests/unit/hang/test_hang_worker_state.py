@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import decode, encode
+from rankwatch.streams.hang import worker as hang_worker
 from rankwatch.streams.hang.detector import NS, HangConfig
 from rankwatch.streams.hang.worker import HangSettings, HangState
 from rankwatch.streams.kit.output import Publication, Source
@@ -40,6 +42,7 @@ def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
     for rank in (0, 1):
         state.on_heartbeat(beat(rank, now[0]), src)
     state.on_heartbeat(b"not json", src)
+    state.recall_waiting()  # the store is down: the job starts afresh
     now[0] += 5 * NS
     assert tick(state) == []  # hung, but the store is down: nothing published
     store.down = False
@@ -70,6 +73,7 @@ def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
         state = HangState(settings, clock=lambda: now[0])
         for rank in (0, 1):
             state.on_heartbeat(beat(rank, 100 * NS), src)
+        state.recall_waiting()
         return state
 
     first = worker()
@@ -119,10 +123,51 @@ def test_the_step_time_baseline_survives_a_restart(tmp_path: Path) -> None:
         now[0] = (1000 + 20 * step) * NS
         for rank in (0, 1):
             first.on_heartbeat(stepping(rank, step, now[0]), src)
+        first.recall_waiting()
         first.on_tick()
     assert first.service.detector.threshold_s("j") == 100.0
     assert first.delivery.sink.store is not None
     first.delivery.sink.store.close()
     second = HangState(settings, clock=lambda: now[0])
     second.on_heartbeat(stepping(0, 5, now[0]), src)
+    second.recall_waiting()
     assert second.service.detector.threshold_s("j") == 100.0
+
+
+def test_a_job_met_first_holds_its_heartbeats_until_recalled_and_others_go_on() -> None:
+    """The worker looks a job first met up in a thread: meanwhile its heartbeats are
+    held (the job is not judged), the other jobs' are taken as they come, and once the
+    lookup answers the held ones are taken at the times they came."""
+    now = [100 * NS]
+    settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
+    state = HangState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
+    src = Source("p.heartbeats")
+    state.on_heartbeat(beat(0, now[0]), src)  # job j
+    assert state.take_recalls() == ["j"]
+    state.recalled("j", state.look_up("j"))
+    state.on_heartbeat(beat(0, now[0]).replace(b'"j"', b'"k"'), src)  # job k, first met
+    (job,) = state.take_recalls()
+    arrived = now[0]
+    now[0] += 2 * NS
+    state.on_heartbeat(beat(1, now[0]), src)  # j goes on while k's lookup runs
+    state.on_heartbeat(beat(1, now[0]).replace(b'"j"', b'"k"'), src)
+    assert state.take_recalls() == []  # one lookup per job
+    assert state.snapshot()["recalls_waiting"] == 1
+    assert [r.rank for r in state.service.detector.ranks("j")] == [0, 1]
+    assert not state.service.detector.knows("k")  # not judged before it is recalled
+    now[0] += 10 * NS
+    state.recalled(job, state.look_up(job))
+    heard = {r.rank: r.heard_ns for r in state.service.detector.ranks("k")}
+    assert heard == {0: arrived, 1: arrived + 2 * NS}  # when they came, not now
+    assert state.snapshot()["recalls_waiting"] == 0
+
+
+def test_a_job_holds_at_most_max_held_heartbeats(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hang_worker, "MAX_HELD", 3)
+    settings = HangSettings("b", "chdb://unused")
+    state = HangState(settings, store=MemoryStore())  # type: ignore[arg-type]
+    for i in range(5):
+        state.on_heartbeat(beat(i, (100 + i) * NS), Source("p.heartbeats"))
+    assert state.held_dropped == 2
+    state.recall_waiting()
+    assert [r.rank for r in state.service.detector.ranks("j")] == [2, 3, 4]  # the latest
