@@ -8,13 +8,19 @@ tick writes the health file meanwhile.
 
 Real broker, a real ``rankwatch hang worker`` subprocess, chDB behind the HTTP endpoint
 of ``support/chdbhttp.py`` holding one insert 8 s (within the store's 30-s timeout).
+Three waits, each of which stopped the worker's event loop before: a store's inserts, a
+sent alert's record, and a new job's lookup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,57 +37,102 @@ HANG_S = 8.0
 NS = 1_000_000_000
 
 
-def test_heartbeats_are_read_while_a_store_waits(
-    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
-) -> None:
+@dataclass
+class Setup:
+    """A hang worker on topics of its own, a job's ranks beating, the test endpoint."""
+
+    bootstrap: str
+    prefix: str
+    server: ChdbHttp
+    log: Path
+    ranks: Ranks
+    worker: subprocess.Popen[bytes]
+    others: list[Ranks] = field(default_factory=list)
+
+    @property
+    def health(self) -> dict[str, Any]:
+        try:
+            return read_status(self.log.with_suffix(".status.json"))
+        except (OSError, ValueError):  # not written yet
+            return {}
+
+    def sent(self) -> int:
+        """Heartbeats the broker has taken, every job's."""
+        return self.ranks.sent + sum(r.sent for r in self.others)
+
+    def reading(self) -> bool:
+        """The worker has read a few heartbeats and recalled their job (its first lookup
+        connects to the store and migrates it: an insert held before that would hold it)."""
+        status = self.health
+        return (
+            status.get("messages_in", 0) > 20
+            and status.get("jobs") == 1
+            and not status.get("recalls_waiting")
+        )
+
+    def hold_next_insert(self) -> int:
+        """Hold the next insert (a dead letter's row) ``HANG_S``; when it began (ns, no
+        later than)."""
+        self.server.hang_inserts(HANG_S, 1)
+        bad = [(self.ranks.job.encode(), b"not a heartbeat")]
+        asyncio.run(send_in_order(self.bootstrap, f"{self.prefix}.heartbeats", bad))
+        until(lambda: self.server.hangs_left() == 0, 30, "an insert held")
+        return time.time_ns()
+
+    def reads_on_during_the_hold(self, held_ns: int) -> dict[str, Any]:
+        """What the broker had 4 s before the held insert answers is read, and the
+        health file written, before it answers; returns that health file."""
+        time.sleep(HANG_S - 4)
+        read_by = self.sent()
+        until(lambda: self.health.get("messages_in", 0) >= read_by, 2, "reading on")
+        status = self.health
+        assert status["written_ns"] < held_ns + (HANG_S - 0.5) * NS, "not during the hold"
+        return status
+
+    def alerts(self, want: int, timeout_s: float) -> list[dict[str, Any]]:
+        topic = f"{self.prefix}.alerts"
+        return asyncio.run(read_topic(self.bootstrap, topic, "alerts", want, timeout_s))
+
+
+@contextlib.contextmanager
+def hang_worker(
+    bootstrap: str, tmp_path: Path, artifacts_dir: Path, job: str, *, healthy: bool, hold: str = ""
+) -> Iterator[Setup]:
+    """``job``'s four ranks (``healthy``, or rank 1 stuck) and a worker; ``hold``: a
+    table whose first insert the endpoint holds ``HANG_S`` (armed before the start)."""
     prefix = f"t.hangslow.{uuid.uuid4().hex[:8]}"
     kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
+    asyncio.run(create_topics(bootstrap, [f"{prefix}.{k}" for k in kinds], 1))
     server = ChdbHttp(tmp_path / "endpoint").start()
+    if hold:
+        server.hang_inserts(HANG_S, 1, table=hold)
+    ranks = Ranks(bootstrap, f"{prefix}.heartbeats", job)
+    if healthy:
+        ranks.move_on()  # every rank on a new op at each beat
     log = artifacts_dir / "hang-worker.log"
-    health = log.with_suffix(".status.json")
-    ranks = Ranks(kafka_broker, f"{prefix}.heartbeats", "job-s")
-    ranks.move_on()  # a healthy job: every rank on a new op at each beat
-    worker = start_worker(kafka_broker, prefix, server.dsn(), log)
+    setup = Setup(
+        bootstrap, prefix, server, log, ranks, start_worker(bootstrap, prefix, server.dsn(), log)
+    )
     try:
-        until(lambda: _reading(_status(health)), 90, "the worker reading, its job recalled")
-        server.hang_inserts(HANG_S, 1)
-        bad = [(b"job-s", b"not a heartbeat")]  # its dead-letter row is the next insert
-        asyncio.run(send_in_order(kafka_broker, f"{prefix}.heartbeats", bad))
-        until(lambda: server.hangs_left() == 0, 30, "an insert held")
-        held_ns = time.time_ns()  # the held insert began before this
-        time.sleep(HANG_S - 4)
-        read_by = ranks.sent  # heartbeats the broker had 4 s before the insert answers
-        until(lambda: _status(health).get("messages_in", 0) >= read_by, 2, "reading on")
-        status = _status(health)
-        assert status["written_ns"] < held_ns + (HANG_S - 0.5) * NS, "not during the hold"
-        assert status["store_failures"] == 0 and status["buffered_rows"] > 0, status
-        time.sleep(2)  # more ticks: a hang declared for the wait would show
-        alerts = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 1, 3))
-        assert alerts == [], alerts
-        assert worker.poll() is None, log.read_text()[-3000:]
+        yield setup
+        assert setup.worker.poll() is None, log.read_text()[-3000:]
     finally:
-        ranks.stop()
-        worker.terminate()
-        worker.wait(timeout=30)
+        for ranks in [setup.ranks, *setup.others]:
+            ranks.stop()
+        setup.worker.terminate()
+        setup.worker.wait(timeout=30)
         server.stop()
 
 
-def _reading(status: dict[str, Any]) -> bool:
-    """The worker has read a few heartbeats and recalled their job (its first lookup
-    connects to the store and migrates it: an insert held before that would hold it)."""
-    return (
-        status.get("messages_in", 0) > 20
-        and status.get("jobs") == 1
-        and not status.get("recalls_waiting")
-    )
-
-
-def _status(path: Path) -> dict[str, Any]:
-    try:
-        return read_status(path)
-    except (OSError, ValueError):  # not written yet
-        return {}
+def test_heartbeats_are_read_while_a_store_waits(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    with hang_worker(kafka_broker, tmp_path, artifacts_dir, "job-s", healthy=True) as job:
+        until(job.reading, 90, "the worker reading, its job recalled")
+        status = job.reads_on_during_the_hold(job.hold_next_insert())
+        assert status["store_failures"] == 0 and status["buffered_rows"] > 0, status
+        time.sleep(2)  # more ticks: a hang declared for the wait would show
+        assert job.alerts(1, 3) == []
 
 
 def test_heartbeats_are_read_while_a_sent_alert_is_recorded(
@@ -90,33 +141,16 @@ def test_heartbeats_are_read_while_a_sent_alert_is_recorded(
     """The record of a sent alert (``announced``) was stored on the event loop, right
     after the send: a server slow to take it stopped the worker reading heartbeats. It
     is now stored in a thread too (``kit.delivery.publish``)."""
-    prefix = f"t.hangsent.{uuid.uuid4().hex[:8]}"
-    kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
-    server = ChdbHttp(tmp_path / "endpoint").start()
-    server.hang_inserts(HANG_S, 1, table="announced")
-    log = artifacts_dir / "hang-worker.log"
-    health = log.with_suffix(".status.json")
-    ranks = Ranks(kafka_broker, f"{prefix}.heartbeats", "job-r")  # hung: rank 1 stuck
-    worker = start_worker(kafka_broker, prefix, server.dsn(), log)
-    try:
-        fired = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 1, 90))
-        assert [a["state"] for a in fired] == ["firing"], log.read_text()[-3000:]
-        until(lambda: server.hangs_left() == 0, 30, "the record's insert held")
-        held_ns = time.time_ns()  # the held insert began before this
-        time.sleep(HANG_S - 4)
-        read_by = ranks.sent  # heartbeats the broker had 4 s before the insert answers
-        until(lambda: _status(health).get("messages_in", 0) >= read_by, 2, "reading on")
-        assert _status(health)["written_ns"] < held_ns + (HANG_S - 0.5) * NS
-        until(lambda: "alert states sent and recorded" in log.read_text(), 30, "recorded")
-        status = _status(health)
+    with hang_worker(
+        kafka_broker, tmp_path, artifacts_dir, "job-r", healthy=False, hold="announced"
+    ) as job:
+        fired = job.alerts(1, 90)
+        assert [a["state"] for a in fired] == ["firing"], job.log.read_text()[-3000:]
+        until(lambda: job.server.hangs_left() == 0, 30, "the record's insert held")
+        job.reads_on_during_the_hold(time.time_ns())
+        until(lambda: "alert states sent and recorded" in job.log.read_text(), 30, "recorded")
+        status = job.health
         assert status["store_failures"] == 0 and status["recorded_sent"] == 1, status
-        assert worker.poll() is None, log.read_text()[-3000:]
-    finally:
-        ranks.stop()
-        worker.terminate()
-        worker.wait(timeout=30)
-        server.stop()
 
 
 def test_heartbeats_are_read_while_a_new_jobs_recall_waits(
@@ -126,42 +160,16 @@ def test_heartbeats_are_read_while_a_new_jobs_recall_waits(
     and the store serves one request at a time: a lookup behind a held insert waited
     with it. Done on the event loop, that stopped every job's heartbeats; the lookup
     now runs in a thread, and only the new job's heartbeats wait for it."""
-    prefix = f"t.hangrecall.{uuid.uuid4().hex[:8]}"
-    kinds = ("heartbeats", "stacks", "alerts", "dead-letters")
-    asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
-    server = ChdbHttp(tmp_path / "endpoint").start()
-    log = artifacts_dir / "hang-worker.log"
-    health = log.with_suffix(".status.json")
-    ranks = Ranks(kafka_broker, f"{prefix}.heartbeats", "job-a")
-    ranks.move_on()  # a healthy job
-    newcomer: Ranks | None = None
-    worker = start_worker(kafka_broker, prefix, server.dsn(), log)
-    try:
-        until(lambda: _reading(_status(health)), 90, "the worker reading, its job recalled")
-        server.hang_inserts(HANG_S, 1)
-        bad = [(b"job-a", b"not a heartbeat")]  # its dead-letter row is the next insert
-        asyncio.run(send_in_order(kafka_broker, f"{prefix}.heartbeats", bad))
-        until(lambda: server.hangs_left() == 0, 30, "an insert held")
-        held_ns = time.time_ns()  # the held insert began before this
-        newcomer = Ranks(kafka_broker, f"{prefix}.heartbeats", "job-b")  # met during the hold
+    with hang_worker(kafka_broker, tmp_path, artifacts_dir, "job-a", healthy=True) as job:
+        until(job.reading, 90, "the worker reading, its job recalled")
+        held_ns = job.hold_next_insert()
+        newcomer = Ranks(kafka_broker, f"{job.prefix}.heartbeats", "job-b")  # during the hold
+        job.others.append(newcomer)
         newcomer.move_on()
         until(lambda: newcomer.sent > 0, 5, "the new job's first heartbeat")
-        time.sleep(HANG_S - 4)
-        read_by = ranks.sent + newcomer.sent  # what the broker had 4 s before the answer
-        until(lambda: _status(health).get("messages_in", 0) >= read_by, 2, "reading on")
-        status = _status(health)
-        assert status["written_ns"] < held_ns + (HANG_S - 0.5) * NS, "not during the hold"
+        status = job.reads_on_during_the_hold(held_ns)
         assert status["recalls_waiting"] == 1, status  # job-b's lookup waits for the insert
-        until(lambda: _status(health).get("recalls_waiting") == 0, HANG_S + 10, "recalled")
-        assert _status(health)["jobs"] == 2
+        until(lambda: job.health.get("recalls_waiting") == 0, HANG_S + 10, "recalled")
+        assert job.health["jobs"] == 2
         time.sleep(2)  # more ticks: a hang declared for the wait would show
-        alerts = asyncio.run(read_topic(kafka_broker, f"{prefix}.alerts", "alerts", 1, 3))
-        assert alerts == [], alerts
-        assert worker.poll() is None, log.read_text()[-3000:]
-    finally:
-        ranks.stop()
-        if newcomer is not None:
-            newcomer.stop()
-        worker.terminate()
-        worker.wait(timeout=30)
-        server.stop()
+        assert job.alerts(1, 3) == []
