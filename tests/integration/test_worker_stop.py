@@ -24,7 +24,9 @@ from support.workers import WorkerProcess, until
 from rankwatch.streams.kit.health import read_status
 
 GONE_WAIT_S = 4.0
-"""The deadline when the broker is gone: the stop always runs into it."""
+"""The deadline when the broker is gone: the stop nearly always runs into it (once in
+about forty runs, the ops worker's stop ended cleanly in 1.2 s: faust does not always
+wait for ever, and a clean stop before the deadline is right too)."""
 CLEAN_WAIT_S = 20.0
 """The deadline with the broker up: far above a clean stop (1-3 s), even on a busy CI."""
 GIVE_UP = "still stopping"
@@ -94,6 +96,10 @@ def test_a_worker_whose_broker_is_gone_still_stops(
     rc, took = _stop(proc, GONE_WAIT_S + 20)
     print(f"{kind} worker, broker gone: exit status {rc} {took:.1f} s after SIGTERM")
     text = log.read_text(errors="replace")
+    assert rc is not None, f"still running {took:.1f} s after SIGTERM: {text[-3000:]}"
+    if rc == 0:  # faust stopped on its own this time, before the deadline
+        assert took < GONE_WAIT_S and GIVE_UP not in text
+        return
     assert rc == 1, f"exit status {rc} after {took:.1f} s: {text[-3000:]}"
     assert GONE_WAIT_S - 0.5 <= took <= GONE_WAIT_S + 10
     assert GIVE_UP in text  # the log says why it ended
