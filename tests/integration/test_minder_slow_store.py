@@ -14,23 +14,18 @@ timeout).
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 from support.chdbhttp import ChdbHttp
 from support.devbroker import create_topics
-from support.lifetime import tied
-from support.workers import send_in_order, until
+from support.workers import WorkerProcess, send_in_order, until
 
 from rankwatch.agent import metrics_message
-from rankwatch.streams.kit.health import read_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HANG_S = 8.0
@@ -54,24 +49,20 @@ def test_metrics_are_read_and_health_written_while_a_store_waits(
 ) -> None:
     prefix = f"t.mindslow.{uuid.uuid4().hex[:8]}"
     topic = f"{prefix}.metrics"
-    asyncio.run(
-        create_topics(
-            kafka_broker, [f"{prefix}.{k}" for k in ("metrics", "alerts", "dead-letters")], 1
-        )
-    )
+    kinds = ("metrics", "alerts", "dead-letters")
+    asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
     server = ChdbHttp(tmp_path / "endpoint").start()
-    log = artifacts_dir / "minder-worker.log"
-    health = log.with_suffix(".status.json")
-    env = {**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix, "RANKWATCH_GROUP": f"{prefix}-g"}
-    cmd = [sys.executable, "-m", "rankwatch", "minder", "worker", "--kafka", kafka_broker]
-    cmd += ["--clickhouse", server.dsn(), "--window", "10", "--status-file", str(health)]
-    with log.open("ab") as out:
-        worker = subprocess.Popen(tied(cmd), env=env, stdout=out, stderr=out)
+    status_file = artifacts_dir / "minder-worker.status.json"  # WorkerProcess reads it
+    argv = [sys.executable, "-m", "rankwatch", "minder", "worker", "--window", "10"]
+    argv += ["--status-file", str(status_file)]
+    worker = WorkerProcess(
+        kafka_broker, prefix, server.dsn(), artifacts_dir, name="minder-worker", argv=argv
+    )
     start_ns = time.time_ns()
     try:
         asyncio.run(send_in_order(kafka_broker, topic, samples("job-m", start_ns, range(0, 5))))
-        until(lambda: _status(health).get("messages_in", 0) >= 20, 90, "the worker reading")
-        until(lambda: _status(health).get("flushes", 0) > 0, 30, "a first store")
+        worker.wait_for(lambda s: s.get("messages_in", 0) >= 20, 90, "the worker reading")
+        worker.wait_for(lambda s: s.get("flushes", 0) > 0, 30, "a first store")
         server.hang_inserts(HANG_S, 1)
         bad = [(b"job-m", b"not a sample")]  # its dead-letter row is the next insert
         asyncio.run(send_in_order(kafka_broker, topic, bad))
@@ -79,21 +70,14 @@ def test_metrics_are_read_and_health_written_while_a_store_waits(
         held_ns = time.time_ns()  # the held insert began before this
         more = samples("job-m", start_ns, range(5, 10))
         asyncio.run(send_in_order(kafka_broker, topic, more))
-        until(lambda: _status(health).get("messages_in", 0) >= 21 + len(more), 3, "reading on")
-        status = _status(health)
+        status = worker.wait_for(
+            lambda s: s.get("messages_in", 0) >= 21 + len(more), 3, "reading on"
+        )
         assert status["written_ns"] < held_ns + (HANG_S - 2) * NS, "not during the hold"
         assert status["store_failures"] == 0 and status["buffered_rows"] > 0, status
-        until(lambda: _status(health).get("buffered_rows") == 0, HANG_S + 10, "stored after")
-        assert _status(health)["store_failures"] == 0
-        assert worker.poll() is None, log.read_text()[-3000:]
+        worker.wait_for(lambda s: s.get("buffered_rows") == 0, HANG_S + 10, "stored after")
+        assert worker.status()["store_failures"] == 0
+        assert worker.proc.poll() is None, worker.tail(3000)
     finally:
-        worker.terminate()
-        worker.wait(timeout=30)
+        worker.stop()
         server.stop()
-
-
-def _status(path: Path) -> dict[str, Any]:
-    try:
-        return read_status(path)
-    except (OSError, ValueError):  # not written yet
-        return {}

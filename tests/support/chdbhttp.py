@@ -246,7 +246,8 @@ def _handler(
 
 def _table(statement: str) -> str:
     """The table an ``INSERT INTO [db.]table ...`` statement names, unquoted."""
-    target = statement.split()[2] if len(statement.split()) > 2 else ""
+    words = statement.split()
+    target = words[2] if len(words) > 2 else ""
     return target.split("(")[0].rpartition(".")[2].strip('`"')
 
 
