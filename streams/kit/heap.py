@@ -17,7 +17,7 @@ The collector's own figures (collections per generation, seconds, objects frozen
 start-up) go into every worker's health file (:class:`GcClock`), so its share is seen,
 not guessed. The frozen count is the one taken at the freeze: ``gc.get_freeze_count()``
 walks the whole frozen list, and asked once a tick it took 2.5% of an SE-shaped drain's
-CPU (a py-spy profile: cold memory, about 20 ms a call for 127k objects).
+CPU (a py-spy profile: cold memory, an estimated 19 ms a call for 127k objects).
 """
 
 from __future__ import annotations
