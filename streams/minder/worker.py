@@ -16,7 +16,10 @@ dead letter or too late to count). A job first met is recalled from its latest s
 windows still need, where the next window ends); the messages after it are read again
 from the committed offset, so the windows evaluated after a restart are those an
 uninterrupted run evaluated. Alert states stored but not recorded as sent are sent
-again.
+again. The lookup runs in a thread, and the job's messages are held until it answers,
+then taken in the order they came; the other jobs' messages are read on meanwhile. On
+the event loop, a lookup behind a slow insert (the store serves one request at a time)
+stopped every job's metrics.
 """
 
 from __future__ import annotations
@@ -65,6 +68,31 @@ class MinderSettings(ServiceSettings):
 DETECTOR = "minder"
 Token = Any
 """What the shell acknowledges (a faust event); None: nothing to acknowledge."""
+MAX_HELD = 20_000
+"""Messages a job holds while its recall runs; past it the oldest go (counted, and
+acknowledged as too late to count). A recall takes milliseconds; one behind a hung
+server waits up to the store's timeout, and a job of 1,250 hosts (10,000 GPUs) sampled
+once a second sends 20,000 messages in 16 s."""
+
+
+@dataclass(frozen=True)
+class Recollection:
+    """What the store holds of a job first met (:meth:`MinderState.look_up`)."""
+
+    snapshot: dict[str, Any] | None
+    """The latest snapshot of the job's monitor, if any."""
+    unsent: list[dict[str, Any]]
+    """Alert states stored but never recorded as sent."""
+
+
+@dataclass
+class _Held:
+    """A job first met whose recall runs: its messages (decoded, with their tokens)."""
+
+    ticket: int
+    """Which recall this is: one that answers after its job was forgotten (revoked)
+    and met again is not the current one, and changes nothing."""
+    messages: deque[tuple[dict[str, Any], Token]] = field(default_factory=deque)
 
 
 def monitor_state(monitor: JobMonitor, evaluated_end_ns: int) -> dict[str, Any]:
@@ -148,6 +176,13 @@ class MinderState:
         """job -> when its latest message came (this worker's clock, seconds)"""
         self.job_partitions: dict[str, tuple[str, int]] = {}
         """job -> the (topic, partition) its messages come from"""
+        self.held_dropped = 0
+        """Messages dropped from a job's held ones past ``MAX_HELD`` (oldest first)."""
+        self._held: dict[str, _Held] = {}
+        """Jobs first met whose recall has not answered, and their messages meanwhile."""
+        self._to_recall: list[tuple[str, int]] = []
+        """(job, ticket) of recalls not started yet (:meth:`take_recalls`)."""
+        self._tickets = 0
 
     def on_message(
         self,
@@ -167,25 +202,82 @@ class MinderState:
             self._refuse(value, Source(topic, partition, offset, key), exc)
             self._settle(token)
             return
-        self.job_partitions[msg["job"]] = (topic, partition)
-        monitor = self.monitors.get(msg["job"]) or self._meet(msg["job"])
-        if msg["ts_ns"] <= self.covered_ns.get(msg["job"], -1):  # read again after a restart
+        job = msg["job"]
+        self.job_partitions[job] = (topic, partition)
+        held = self._held.get(job)
+        if held is None and job in self.monitors:
+            self._take(msg, token)
+            return
+        if held is None:  # first met: held until its recall answers
+            self._tickets += 1
+            held = self._held[job] = _Held(self._tickets)
+            self._to_recall.append((job, held.ticket))
+        if len(held.messages) == MAX_HELD:
+            self._settle(held.messages.popleft()[1])
+            self.held_dropped += 1
+        held.messages.append((msg, token))
+
+    def take_recalls(self) -> list[tuple[str, int]]:
+        """(job, ticket) of the jobs first met since the last call. For each, run
+        :meth:`look_up` (it may wait on the store: the worker runs it in a thread) and
+        give what it found to :meth:`recalled`."""
+        recalls, self._to_recall = self._to_recall, []
+        return recalls
+
+    def look_up(self, job: str) -> Recollection | None:
+        """What the store holds of ``job``; None when it cannot answer (logged: the job
+        starts afresh). Store calls only, no state touched: safe in a thread."""
+        try:
+            store = self.delivery.store()
+            return Recollection(
+                snapshot=load_snapshot(store, job, DETECTOR),
+                unsent=unannounced(store, job, "faulty_machine"),
+            )
+        except StoreError as exc:
+            log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
+            return None
+
+    def recalled(self, job: str, ticket: int, found: Recollection | None) -> None:
+        """Give ``job`` its monitor, restored from ``found`` (:meth:`look_up`), then take
+        the messages it held, in the order they came. A recall whose job was forgotten
+        meanwhile (its partition revoked) changes nothing."""
+        held = self._held.get(job)
+        if held is None or held.ticket != ticket:
+            return
+        del self._held[job]
+        self._meet(job, found)
+        for msg, token in held.messages:
+            self._take(msg, token)
+
+    def recall_waiting(self) -> None:
+        """Every recall not started yet, here and now (tests, and callers without an
+        event loop)."""
+        for job, ticket in self.take_recalls():
+            self.recalled(job, ticket, self.look_up(job))
+
+    def _take(self, msg: dict[str, Any], token: Token) -> None:
+        """A valid sample of a job whose monitor exists."""
+        job = msg["job"]
+        if msg["ts_ns"] <= self.covered_ns.get(job, -1):  # read again after a restart
             self._settle(token)
             return
+        monitor = self.monitors[job]
         late = monitor.late
         monitor.add(msg["host"], msg["ts_ns"], msg["metrics"])
         if monitor.late > late:  # too late to count: nothing to keep
             self._settle(token)
         elif token is not None:
-            self.unacked.setdefault(msg["job"], []).append((token, msg["ts_ns"]))
-        self.heard[msg["job"]] = self.clock()
+            self.unacked.setdefault(job, []).append((token, msg["ts_ns"]))
+        self.heard[job] = self.clock()
 
     def on_tick(self) -> bool:
         """Evaluate every job and store the rows (snapshots last), on the caller's
         thread; True when everything is stored: :attr:`acks` then holds what the stored
         rows cover, and the alerts may be published. A store that fails keeps rows,
         alerts and acknowledgements for the next tick. (The worker itself evaluates on
-        its timer and stores in a thread: :func:`build_minder_app`.)"""
+        its timer and stores in a thread: :func:`build_minder_app`.) Jobs first met are
+        recalled first, here."""
+        self.recall_waiting()
         self.evaluate()
         tokens = self.take_settled()
         stored = self.delivery.flush()
@@ -230,6 +322,8 @@ class MinderState:
             "jobs": len(self.monitors),
             "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
             "restored_jobs": self.restored_jobs,
+            "recalls_waiting": len(self._held),
+            "held_dropped": self.held_dropped,
             "acks_waiting": sum(len(w) for w in self.unacked.values()),
             "acks_held": self.order.held,
             **self.delivery.snapshot(),
@@ -249,6 +343,7 @@ class MinderState:
             self.unacked.pop(job, None)
             self.covered_ns.pop(job, None)
             self.heard.pop(job, None)
+            self._held.pop(job, None)  # its recall, if running, changes nothing
         self.order.forget(revoked)
 
     def take_acks(self) -> list[Token]:
@@ -292,27 +387,31 @@ class MinderState:
         self.unacked[job] = [(t, ts) for t, ts in waiting if ts > end]
         self.settled += [t for t, ts in waiting if ts <= end]
 
-    def _meet(self, job: str) -> JobMonitor:
-        """A new monitor for a job first met, restored from its latest snapshot."""
-        monitor = self.monitors[job] = JobMonitor(job, self.settings.online, self.model)
-        try:
-            store = self.delivery.store()
-            state = load_snapshot(store, job, DETECTOR)
-            resend = unannounced(store, job, "faulty_machine")
-        except StoreError as exc:
-            log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
-            return monitor
-        for alert in resend:
-            self.delivery.announce("alerts", job, alert)
+    def _meet(self, job: str, found: Recollection | None) -> None:
+        """A new monitor for a job first met, restored from its latest snapshot; its
+        unsent alert states sent again. A snapshot this version cannot read is logged
+        and the job starts afresh (input from the store is data too)."""
+        monitor = JobMonitor(job, self.settings.online, self.model)
+        state = found.snapshot if found is not None else None
         if state is not None:
-            restore_monitor(monitor, state)
-            self.covered_ns[job] = state["evaluated_end_ns"]
-            self.restored_jobs += 1
+            try:
+                restore_monitor(monitor, state)
+                covered = int(state["evaluated_end_ns"])
+            except (AttributeError, KeyError, TypeError, ValueError) as exc:
+                log.warning("job %s: snapshot not usable (%r): its state starts afresh", job, exc)
+                monitor, state = JobMonitor(job, self.settings.online, self.model), None
+            else:
+                self.covered_ns[job] = covered
+                self.restored_jobs += 1
+        self.monitors[job] = monitor
+        if found is None:
+            return
+        for alert in found.unsent:
+            self.delivery.announce("alerts", job, alert)
         log.info(
             "job %s recalled: %s, %d open episodes, %d unsent alert states sent again",
-            job, "snapshot" if state else "no snapshot", len(monitor.episodes), len(resend),
+            job, "snapshot" if state else "no snapshot", len(monitor.episodes), len(found.unsent),
         )  # fmt: skip
-        return monitor
 
 
 def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
@@ -326,6 +425,17 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
 
     guard = StallGuard(app, [metrics.get_topic_name()], log)
 
+    recalls: set[asyncio.Task[None]] = set()
+    """Running recalls (a reference each, so that none is collected mid-way)."""
+
+    async def recall(job: str, ticket: int) -> None:
+        try:
+            found = await asyncio.to_thread(state.look_up, job)
+        except Exception:  # never leave a job's messages held for good
+            log.exception("recall of job %s failed: its state starts afresh", job)
+            found = None
+        state.recalled(job, ticket, found)
+
     @app.agent(metrics)
     async def consume(stream: Any) -> None:
         guard.stream(metrics.get_topic_name(), stream)
@@ -333,6 +443,10 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
             m = event.message
             guard.handed(m)
             state.on_message(event.value, m.topic, m.partition, m.offset, token=event, key=m.key)
+            for job, ticket in state.take_recalls():  # in a thread: the others read on
+                task = asyncio.ensure_future(recall(job, ticket))
+                recalls.add(task)
+                task.add_done_callback(recalls.discard)
             while state.delivery.full:  # back-pressure: the timer stores, then we read on
                 await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 

@@ -4,7 +4,9 @@ The Minder worker stored on its event loop: while an insert waited on the server
 the store's 30-s timeout), it read no metrics and wrote no health file, and a probe
 that reads the file's age would restart a worker that was only waiting. Its timer now
 evaluates, starts a store in a task of its own (the inserts in a thread) unless one
-runs, and writes the health file.
+runs, and writes the health file. A job first met is looked up in a thread, its
+messages held meanwhile: the lookup waits behind a held insert (the store serves one
+request at a time), and on the event loop it stopped every job's metrics.
 
 Real broker, a real ``rankwatch minder worker`` subprocess, chDB behind the HTTP
 endpoint of ``support/chdbhttp.py`` holding one insert 8 s (within the store's 30-s
@@ -17,6 +19,9 @@ import asyncio
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -44,11 +49,30 @@ def samples(job: str, start_ns: int, seconds: range) -> list[tuple[bytes, bytes]
     ]
 
 
-def test_metrics_are_read_and_health_written_while_a_store_waits(
-    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
-) -> None:
+@dataclass
+class Setup:
+    bootstrap: str
+    topic: str
+    server: ChdbHttp
+    worker: WorkerProcess
+    start_ns: int
+
+    def send(self, messages: list[tuple[bytes, bytes]]) -> None:
+        asyncio.run(send_in_order(self.bootstrap, self.topic, messages))
+
+    def hold_next_insert(self) -> int:
+        """Hold the next insert (a dead letter's row) ``HANG_S``; when it is held."""
+        self.server.hang_inserts(HANG_S, 1)
+        self.send([(b"job-m", b"not a sample")])
+        until(lambda: self.server.hangs_left() == 0, 30, "an insert held")
+        return time.time_ns()  # the held insert began before this
+
+
+@contextmanager
+def minder_worker(kafka_broker: str, tmp_path: Path, artifacts_dir: Path) -> Iterator[Setup]:
+    """A Minder worker storing through the endpoint, job-m's first five seconds read
+    and stored."""
     prefix = f"t.mindslow.{uuid.uuid4().hex[:8]}"
-    topic = f"{prefix}.metrics"
     kinds = ("metrics", "alerts", "dead-letters")
     asyncio.run(create_topics(kafka_broker, [f"{prefix}.{k}" for k in kinds], 1))
     server = ChdbHttp(tmp_path / "endpoint").start()
@@ -58,26 +82,51 @@ def test_metrics_are_read_and_health_written_while_a_store_waits(
     worker = WorkerProcess(
         kafka_broker, prefix, server.dsn(), artifacts_dir, name="minder-worker", argv=argv
     )
-    start_ns = time.time_ns()
+    setup = Setup(kafka_broker, f"{prefix}.metrics", server, worker, time.time_ns())
     try:
-        asyncio.run(send_in_order(kafka_broker, topic, samples("job-m", start_ns, range(0, 5))))
+        setup.send(samples("job-m", setup.start_ns, range(0, 5)))
         worker.wait_for(lambda s: s.get("messages_in", 0) >= 20, 90, "the worker reading")
         worker.wait_for(lambda s: s.get("flushes", 0) > 0, 30, "a first store")
-        server.hang_inserts(HANG_S, 1)
-        bad = [(b"job-m", b"not a sample")]  # its dead-letter row is the next insert
-        asyncio.run(send_in_order(kafka_broker, topic, bad))
-        until(lambda: server.hangs_left() == 0, 30, "an insert held")
-        held_ns = time.time_ns()  # the held insert began before this
-        more = samples("job-m", start_ns, range(5, 10))
-        asyncio.run(send_in_order(kafka_broker, topic, more))
-        status = worker.wait_for(
-            lambda s: s.get("messages_in", 0) >= 21 + len(more), 3, "reading on"
-        )
-        assert status["written_ns"] < held_ns + (HANG_S - 2) * NS, "not during the hold"
-        assert status["store_failures"] == 0 and status["buffered_rows"] > 0, status
-        worker.wait_for(lambda s: s.get("buffered_rows") == 0, HANG_S + 10, "stored after")
-        assert worker.status()["store_failures"] == 0
+        yield setup
         assert worker.proc.poll() is None, worker.tail(3000)
     finally:
         worker.stop()
         server.stop()
+
+
+def test_metrics_are_read_and_health_written_while_a_store_waits(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    with minder_worker(kafka_broker, tmp_path, artifacts_dir) as job:
+        held_ns = job.hold_next_insert()
+        more = samples("job-m", job.start_ns, range(5, 10))
+        job.send(more)
+        status = job.worker.wait_for(
+            lambda s: s.get("messages_in", 0) >= 21 + len(more), 3, "reading on"
+        )
+        assert status["written_ns"] < held_ns + (HANG_S - 2) * NS, "not during the hold"
+        assert status["store_failures"] == 0 and status["buffered_rows"] > 0, status
+        job.worker.wait_for(lambda s: s.get("buffered_rows") == 0, HANG_S + 10, "stored after")
+        assert job.worker.status()["store_failures"] == 0
+
+
+def test_metrics_are_read_while_a_new_jobs_recall_waits(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """A job first met while an insert is held: its lookup waits behind the insert, in
+    a thread; job-m's samples sent after it are read during the hold, and job-n's are
+    taken once its recall answers."""
+    with minder_worker(kafka_broker, tmp_path, artifacts_dir) as job:
+        job.hold_next_insert()
+        newcomer = samples("job-n", job.start_ns, range(0, 5))
+        more = samples("job-m", job.start_ns, range(5, 10))
+        job.send(newcomer + more)
+        status = job.worker.wait_for(
+            lambda s: s.get("messages_in", 0) >= 21 + len(newcomer) + len(more), 3, "reading on"
+        )
+        assert status["recalls_waiting"] == 1 and status["jobs"] == 1, status
+        status = job.worker.wait_for(
+            lambda s: s.get("recalls_waiting") == 0, HANG_S + 10, "job-n recalled"
+        )
+        assert status["jobs"] == 2 and status["held_dropped"] == 0, status
+        assert status["store_failures"] == 0, status

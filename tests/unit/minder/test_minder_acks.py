@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import pytest
 from support.memstore import MemoryStore
 
 from rankwatch.agent import metrics_message
@@ -109,6 +110,7 @@ def test_revoked_partitions_jobs_are_recalled_from_their_snapshot_by_the_next_ow
     assert set(state.monitors) == {"k"} and "j" not in state.unacked
     assert state.take_acks() == []  # j's uncovered tokens (21, 22) are never handed over
     send("j", 0, range(0, 23), "again")  # the next owner reads from the committed offset
+    state.recall_waiting()  # (the worker looks up in a thread, holding j's messages)
     assert state.restored_jobs == 1
     assert state.monitors["j"].late == 0  # covered samples are not fed again
     now[0] += 1000.0  # both fall silent: everything left is let go
@@ -137,3 +139,66 @@ def test_a_message_refused_while_a_flush_runs_waits_for_the_next_flush() -> None
     assert state.on_tick()  # the next store takes the second row, then lets it go
     assert state.take_acks() == ["meanwhile"]
     assert len(store.rows["dead_letters"]) == 2
+
+
+def test_a_job_first_met_holds_its_messages_until_its_recall_answers() -> None:
+    """The lookup of a job first met runs in a thread (it may wait behind a slow
+    insert): the job's messages wait, in order, while a known job's are taken; a
+    recall that answers after its job's partition was revoked changes nothing."""
+    now = [0.0]
+    settings = MinderSettings("b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=10))
+    store = SnapshotStore()
+    state = MinderState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
+
+    def send(job: str, partition: int, seconds: range) -> None:
+        for s in seconds:
+            msg = metrics_message(job, "h0", T0 + s * NS, {"cpu_util": 50.0})
+            state.on_message(orjson.dumps(msg), "m", partition, s, token=(job, s))
+
+    send("k", 1, range(0, 3))
+    state.recall_waiting()
+    send("j", 0, range(0, 3))
+    (recall,) = state.take_recalls()
+    send("k", 1, range(3, 6))  # read on while j's lookup runs
+    assert state.monitors["k"].newest_ns == T0 + 5 * NS and "j" not in state.monitors
+    assert state.snapshot()["recalls_waiting"] == 1
+    found = state.look_up("j")  # in the worker, a thread
+    send("j", 0, range(3, 5))  # held behind the first three
+    state.recalled(*recall, found)
+    assert state.monitors["j"].newest_ns == T0 + 4 * NS and state.monitors["j"].late == 0
+    assert [t for t, _ in state.unacked["j"]] == [("j", s) for s in range(5)]
+    assert state.snapshot()["recalls_waiting"] == 0
+
+    send("i", 2, range(0, 2))
+    (stale,) = state.take_recalls()
+    state.forget_partitions({("m", 2)})  # revoked while i's lookup runs...
+    send("i", 2, range(0, 2))  # ...and assigned back: a new recall
+    (current,) = state.take_recalls()
+    state.recalled(*stale, state.look_up("i"))
+    assert "i" not in state.monitors  # the stale answer took nothing
+    state.recalled(*current, None)  # the store could not answer: afresh
+    assert [t for t, _ in state.unacked["i"]] == [("i", 0), ("i", 1)]
+
+
+def test_a_job_holds_at_most_max_held_messages_and_lets_the_dropped_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``MAX_HELD`` the oldest held message is dropped, counted and acknowledged
+    (as one too late to count), so the partition's committed offset is not held for it;
+    a snapshot this version cannot read starts the job afresh."""
+    from rankwatch.streams.minder import worker
+
+    monkeypatch.setattr(worker, "MAX_HELD", 2)
+    settings = MinderSettings("b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=1))
+    state = MinderState(settings, store=MemoryStore())  # type: ignore[arg-type]
+    for s in range(3):
+        msg = metrics_message("j", "h0", T0 + s * NS, {"cpu_util": 50.0})
+        state.on_message(orjson.dumps(msg), "m", 0, s, token=s)
+    assert state.snapshot()["held_dropped"] == 1
+    (recall,) = state.take_recalls()
+    bad = worker.Recollection(snapshot={"next_end_ns": 1}, unsent=[])
+    state.recalled(*recall, bad)
+    monitor = state.monitors["j"]
+    assert state.restored_jobs == 0 and monitor.late == 0 and monitor.newest_ns == T0 + 2 * NS
+    assert state.on_tick()
+    assert state.take_acks() == [0]  # the dropped one; 1 and 2 wait for a window
