@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +36,7 @@ from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source
+from rankwatch.streams.kit.recall import Held, RecallTasks, recall_now
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.kit.settings import ServiceSettings
@@ -102,14 +102,10 @@ class HangState:
         """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
         self.restored_episodes = 0
         self.reannounced = 0
-        self.held_dropped = 0
-        """Heartbeats dropped from a job's held ones past ``MAX_HELD`` (oldest first)."""
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
-        self._held: dict[str, deque[tuple[dict[str, Any], int]]] = {}
-        """job -> (heartbeat, arrival ns) read while the job's recall runs"""
-        self._to_recall: list[str] = []
-        """Jobs first met whose recall is not started yet (:meth:`take_recalls`)."""
+        self._held: Held[tuple[dict[str, Any], int]] = Held(MAX_HELD)
+        """Jobs first met whose recall has not answered: (heartbeat, arrival ns) each."""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
         """One heartbeat, at its arrival time; a job not recalled yet holds it."""
@@ -120,24 +116,15 @@ class HangState:
         if message is None:
             return
         job = message["job"]
-        held = self._held.get(job)
-        if held is None and self.service.detector.knows(job):
+        if self.service.detector.knows(job) and job not in self._held:
             self.service.detector.observe(message, now)
             return
-        if held is None:
-            held = self._held[job] = deque()
-            self._to_recall.append(job)
-        if len(held) == MAX_HELD:
-            held.popleft()
-            self.held_dropped += 1
-        held.append((message, now))
+        self._held.hold(job, (message, now))  # first met: until its recall answers
 
-    def take_recalls(self) -> list[str]:
-        """Jobs first met since the last call. For each, run :meth:`look_up` (it may
-        wait on the store: the worker runs it in a thread) and give what it found to
-        :meth:`recalled`."""
-        jobs, self._to_recall = self._to_recall, []
-        return jobs
+    def take_recalls(self) -> list[tuple[str, int]]:
+        """The recalls to run (:class:`~rankwatch.streams.kit.recall.RecallTasks`):
+        :meth:`look_up`, then :meth:`recalled`."""
+        return self._held.take_new()
 
     def look_up(self, job: str) -> Recollection | None:
         """What the store holds of ``job``; None when it cannot answer (logged: the job
@@ -153,18 +140,20 @@ class HangState:
             log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
             return None
 
-    def recalled(self, job: str, found: Recollection | None) -> None:
+    def recalled(self, job: str, ticket: int, found: Recollection | None) -> None:
         """Restore ``job`` from ``found`` (:meth:`look_up`), then take the heartbeats it
         held, in order, at the times they came."""
+        held = self._held.answered(job, ticket)
+        if held is None:  # a stale recall
+            return
         self.service.detector.restore(job, *self._recall(job, found))
-        for message, at in self._held.pop(job, ()):
+        for message, at in held:
             self.service.detector.observe(message, at)
 
     def recall_waiting(self) -> None:
         """Every recall not started yet, here and now (tests, and callers without an
         event loop)."""
-        for job in self.take_recalls():
-            self.recalled(job, self.look_up(job))
+        recall_now(self.take_recalls(), self.look_up, self.recalled)
 
     def on_stacks(self, value: bytes, source: Source) -> None:
         self.messages_in += 1
@@ -180,7 +169,7 @@ class HangState:
             "restored_episodes": self.restored_episodes,
             "reannounced_alerts": self.reannounced,
             "recalls_waiting": len(self._held),
-            "held_dropped": self.held_dropped,
+            "held_dropped": self._held.dropped,
             **self.delivery.snapshot(),
             "topics": dict(self.topics),
         }
@@ -201,19 +190,23 @@ class HangState:
         queued for sending."""
         if found is None:
             return None, []
-        baseline = found.baseline or {"step_times": []}
-        self._baselines[job] = (tuple(baseline["step_times"]), self.clock())
+        try:
+            times = [float(t) for t in (found.baseline or {"step_times": []})["step_times"]]
+            latest = found.latest
+            episode = episode_from_alert(_alert_message(latest[0])) if latest else None
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:  # stored data too
+            log.warning("job %s: stored state not usable (%r): it starts afresh", job, exc)
+            times, episode = [], None
+        self._baselines[job] = (tuple(times), self.clock())
         self.reannounced += len(found.unsent)
         for alert in found.unsent:
             self.delivery.announce("alerts", job, alert)
-        latest = found.latest
-        episode = episode_from_alert(_alert_message(latest[0])) if latest else None
         self.restored_episodes += episode is not None
         what = f"episode {episode.episode_id} open" if episode else "no open episode"
         log.info(
             "job %s recalled: %s, %d unsent alert states sent again", job, what, len(found.unsent)
         )
-        return episode, list(baseline["step_times"])
+        return episode, times
 
     def _snapshots(self) -> Output:
         """``detector_state`` rows of the jobs whose step times changed, at most one per
@@ -241,15 +234,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
     inputs = {kind: topic(kind) for kind in ("heartbeats", "stacks")}
     guard = StallGuard(app, [t.get_topic_name() for t in inputs.values()], log)
 
-    recalls: set[asyncio.Task[None]] = set()
-    """Running recalls (a reference each, so that none is collected mid-way)."""
-
-    async def recall(job: str) -> None:
-        try:
-            state.recalled(job, await asyncio.to_thread(state.look_up, job))
-        except Exception:  # never leave a job's heartbeats held for good
-            log.exception("recall of job %s failed: its state starts afresh", job)
-            state.recalled(job, None)
+    recalls = RecallTasks(state.look_up, state.recalled, log)
 
     @app.agent(inputs["heartbeats"])
     async def heartbeats(stream: Any) -> None:
@@ -257,10 +242,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
         async for event in stream.events():
             guard.handed(event.message)
             state.on_heartbeat(event.value, _source(event.message))
-            for job in state.take_recalls():  # in a thread: the others read on
-                task = asyncio.ensure_future(recall(job))
-                recalls.add(task)
-                task.add_done_callback(recalls.discard)
+            recalls.start(state.take_recalls())  # in a thread: the others read on
 
     @app.agent(inputs["stacks"])
     async def stacks(stream: Any) -> None:

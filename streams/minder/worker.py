@@ -43,6 +43,7 @@ from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
+from rankwatch.streams.kit.recall import Held, RecallTasks, recall_now
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.kit.settings import ServiceSettings
@@ -83,16 +84,6 @@ class Recollection:
     """The latest snapshot of the job's monitor, if any."""
     unsent: list[dict[str, Any]]
     """Alert states stored but never recorded as sent."""
-
-
-@dataclass
-class _Held:
-    """A job first met whose recall runs: its messages (decoded, with their tokens)."""
-
-    ticket: int
-    """Which recall this is: one that answers after its job was forgotten (revoked)
-    and met again is not the current one, and changes nothing."""
-    messages: deque[tuple[dict[str, Any], Token]] = field(default_factory=deque)
 
 
 def monitor_state(monitor: JobMonitor, evaluated_end_ns: int) -> dict[str, Any]:
@@ -176,13 +167,8 @@ class MinderState:
         """job -> when its latest message came (this worker's clock, seconds)"""
         self.job_partitions: dict[str, tuple[str, int]] = {}
         """job -> the (topic, partition) its messages come from"""
-        self.held_dropped = 0
-        """Messages dropped from a job's held ones past ``MAX_HELD`` (oldest first)."""
-        self._held: dict[str, _Held] = {}
+        self._held: Held[tuple[dict[str, Any], Token]] = Held(MAX_HELD)
         """Jobs first met whose recall has not answered, and their messages meanwhile."""
-        self._to_recall: list[tuple[str, int]] = []
-        """(job, ticket) of recalls not started yet (:meth:`take_recalls`)."""
-        self._tickets = 0
 
     def on_message(
         self,
@@ -204,35 +190,25 @@ class MinderState:
             return
         job = msg["job"]
         self.job_partitions[job] = (topic, partition)
-        held = self._held.get(job)
-        if held is None and job in self.monitors:
+        if job in self.monitors and job not in self._held:
             self._take(msg, token)
             return
-        if held is None:  # first met: held until its recall answers
-            self._tickets += 1
-            held = self._held[job] = _Held(self._tickets)
-            self._to_recall.append((job, held.ticket))
-        if len(held.messages) == MAX_HELD:
-            self._settle(held.messages.popleft()[1])
-            self.held_dropped += 1
-        held.messages.append((msg, token))
+        dropped = self._held.hold(job, (msg, token))  # first met: until its recall answers
+        if dropped is not None:  # acknowledged as too late to count
+            self._settle(dropped[1])
 
     def take_recalls(self) -> list[tuple[str, int]]:
-        """(job, ticket) of the jobs first met since the last call. For each, run
-        :meth:`look_up` (it may wait on the store: the worker runs it in a thread) and
-        give what it found to :meth:`recalled`."""
-        recalls, self._to_recall = self._to_recall, []
-        return recalls
+        """The recalls to run (:class:`~rankwatch.streams.kit.recall.RecallTasks`):
+        :meth:`look_up`, then :meth:`recalled`."""
+        return self._held.take_new()
 
     def look_up(self, job: str) -> Recollection | None:
-        """What the store holds of ``job``; None when it cannot answer (logged: the job
-        starts afresh). Store calls only, no state touched: safe in a thread."""
+        """The job's latest snapshot and unsent alert states; None when the store
+        cannot answer (logged). It reads the store and touches nothing: a thread runs it."""
         try:
             store = self.delivery.store()
-            return Recollection(
-                snapshot=load_snapshot(store, job, DETECTOR),
-                unsent=unannounced(store, job, "faulty_machine"),
-            )
+            snapshot = load_snapshot(store, job, DETECTOR)
+            return Recollection(snapshot, unannounced(store, job, "faulty_machine"))
         except StoreError as exc:
             log.warning("job %s not recalled (%s): its state starts afresh", job, exc)
             return None
@@ -241,19 +217,17 @@ class MinderState:
         """Give ``job`` its monitor, restored from ``found`` (:meth:`look_up`), then take
         the messages it held, in the order they came. A recall whose job was forgotten
         meanwhile (its partition revoked) changes nothing."""
-        held = self._held.get(job)
-        if held is None or held.ticket != ticket:
+        held = self._held.answered(job, ticket)
+        if held is None:
             return
-        del self._held[job]
         self._meet(job, found)
-        for msg, token in held.messages:
+        for msg, token in held:
             self._take(msg, token)
 
     def recall_waiting(self) -> None:
         """Every recall not started yet, here and now (tests, and callers without an
         event loop)."""
-        for job, ticket in self.take_recalls():
-            self.recalled(job, ticket, self.look_up(job))
+        recall_now(self.take_recalls(), self.look_up, self.recalled)
 
     def _take(self, msg: dict[str, Any], token: Token) -> None:
         """A valid sample of a job whose monitor exists."""
@@ -323,7 +297,7 @@ class MinderState:
             "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
             "restored_jobs": self.restored_jobs,
             "recalls_waiting": len(self._held),
-            "held_dropped": self.held_dropped,
+            "held_dropped": self._held.dropped,
             "acks_waiting": sum(len(w) for w in self.unacked.values()),
             "acks_held": self.order.held,
             **self.delivery.snapshot(),
@@ -343,7 +317,7 @@ class MinderState:
             self.unacked.pop(job, None)
             self.covered_ns.pop(job, None)
             self.heard.pop(job, None)
-            self._held.pop(job, None)  # its recall, if running, changes nothing
+            self._held.forget(job)  # its recall, if running, changes nothing
         self.order.forget(revoked)
 
     def take_acks(self) -> list[Token]:
@@ -425,16 +399,7 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
 
     guard = StallGuard(app, [metrics.get_topic_name()], log)
 
-    recalls: set[asyncio.Task[None]] = set()
-    """Running recalls (a reference each, so that none is collected mid-way)."""
-
-    async def recall(job: str, ticket: int) -> None:
-        try:
-            found = await asyncio.to_thread(state.look_up, job)
-        except Exception:  # never leave a job's messages held for good
-            log.exception("recall of job %s failed: its state starts afresh", job)
-            found = None
-        state.recalled(job, ticket, found)
+    recalls = RecallTasks(state.look_up, state.recalled, log)
 
     @app.agent(metrics)
     async def consume(stream: Any) -> None:
@@ -443,10 +408,7 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
             m = event.message
             guard.handed(m)
             state.on_message(event.value, m.topic, m.partition, m.offset, token=event, key=m.key)
-            for job, ticket in state.take_recalls():  # in a thread: the others read on
-                task = asyncio.ensure_future(recall(job, ticket))
-                recalls.add(task)
-                task.add_done_callback(recalls.discard)
+            recalls.start(state.take_recalls())  # in a thread: the others read on
             while state.delivery.full:  # back-pressure: the timer stores, then we read on
                 await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 

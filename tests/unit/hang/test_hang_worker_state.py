@@ -143,10 +143,11 @@ def test_a_job_met_first_holds_its_heartbeats_until_recalled_and_others_go_on() 
     state = HangState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
     src = Source("p.heartbeats")
     state.on_heartbeat(beat(0, now[0]), src)  # job j
-    assert state.take_recalls() == ["j"]
-    state.recalled("j", state.look_up("j"))
+    ((job, ticket),) = state.take_recalls()
+    assert job == "j"
+    state.recalled(job, ticket, state.look_up(job))
     state.on_heartbeat(beat(0, now[0]).replace(b'"j"', b'"k"'), src)  # job k, first met
-    (job,) = state.take_recalls()
+    (recall,) = state.take_recalls()
     arrived = now[0]
     now[0] += 2 * NS
     state.on_heartbeat(beat(1, now[0]), src)  # j goes on while k's lookup runs
@@ -156,7 +157,7 @@ def test_a_job_met_first_holds_its_heartbeats_until_recalled_and_others_go_on() 
     assert [r.rank for r in state.service.detector.ranks("j")] == [0, 1]
     assert not state.service.detector.knows("k")  # not judged before it is recalled
     now[0] += 10 * NS
-    state.recalled(job, state.look_up(job))
+    state.recalled(*recall, state.look_up(recall[0]))
     heard = {r.rank: r.heard_ns for r in state.service.detector.ranks("k")}
     assert heard == {0: arrived, 1: arrived + 2 * NS}  # when they came, not now
     assert state.snapshot()["recalls_waiting"] == 0
@@ -168,6 +169,19 @@ def test_a_job_holds_at_most_max_held_heartbeats(monkeypatch: pytest.MonkeyPatch
     state = HangState(settings, store=MemoryStore())  # type: ignore[arg-type]
     for i in range(5):
         state.on_heartbeat(beat(i, (100 + i) * NS), Source("p.heartbeats"))
-    assert state.held_dropped == 2
+    assert state.snapshot()["held_dropped"] == 2
     state.recall_waiting()
     assert [r.rank for r in state.service.detector.ranks("j")] == [2, 3, 4]  # the latest
+
+
+def test_a_stored_state_the_worker_cannot_read_starts_the_job_afresh() -> None:
+    """Input from the store is data too: a latest alert row of another shape is logged
+    and the job starts with no episode, its held heartbeats taken all the same."""
+    settings = HangSettings("b", "chdb://unused")
+    state = HangState(settings, store=MemoryStore())  # type: ignore[arg-type]
+    state.on_heartbeat(beat(0, 100 * NS), Source("p.heartbeats"))
+    (recall,) = state.take_recalls()
+    odd = hang_worker.Recollection(unsent=[], latest=[{"no": "such"}], baseline={"x": 1})
+    state.recalled(*recall, odd)
+    assert state.restored_episodes == 0
+    assert [r.rank for r in state.service.detector.ranks("j")] == [0]
