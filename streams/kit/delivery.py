@@ -71,6 +71,10 @@ class Flush:
     held: list[Publication]
     oldest: float | None
     """When the oldest of its rows was buffered (``Delivery.clock``)."""
+    size: int = 0
+    """Its rows when it began, counted on the worker's thread: :attr:`rows` is the
+    inserting thread's to change (it deletes each table once inserted), so the worker
+    never reads it while the flush runs."""
     stored: bool = False
     error: StoreError | None = None
     """Why it did not store everything (a transient failure, or one without a table)."""
@@ -196,7 +200,7 @@ class Delivery:
     @property
     def pending(self) -> int:
         """Rows not stored yet: buffered, or in a flush that is running."""
-        flying = self._flying.rows.pending if self._flying is not None else 0
+        flying = self._flying.size if self._flying is not None else 0
         return self.sink.pending + flying
 
     @property
@@ -224,7 +228,8 @@ class Delivery:
             raise RuntimeError("a flush is running: end it before beginning another")
         if not self.store_ready:
             return None
-        flush = Flush(self.sink.detach(), self._held, self.oldest_unstored)
+        rows = self.sink.detach()
+        flush = Flush(rows, self._held, self.oldest_unstored, size=rows.pending)
         self._held, self.oldest_unstored = [], None
         self._flying = flush
         return flush

@@ -130,6 +130,21 @@ def test_rows_written_while_a_flush_runs_wait_for_the_next_one() -> None:
     assert d.flush() and len(store.rows["other"]) == 4 and d.pending == 0
 
 
+def test_the_worker_counts_a_running_flush_without_reading_its_rows() -> None:
+    """A running flush's rows belong to the inserting thread, which deletes each
+    table's rows once inserted; the worker's thread counts them as they were at
+    begin (iterating them while the thread deletes raised RuntimeError)."""
+    store, clock = MemoryStore(), Clock()
+    d = delivery(store, clock, max_rows=100)
+    d.write(output(4))
+    flush = d.begin()
+    assert flush is not None and d.pending == 5
+    flush.rows._buffer.clear()  # as if the thread had inserted every table
+    assert d.pending == 5  # counted until the flush ends
+    d.run(flush)
+    assert d.end(flush) and d.pending == 0
+
+
 def test_a_failed_flush_puts_its_rows_and_messages_back_ahead_of_newer_ones() -> None:
     store, clock = MemoryStore(), Clock()
     d = delivery(store, clock)
