@@ -146,7 +146,12 @@ class HangState:
         held = self._held.answered(job, ticket)
         if held is None:  # a stale recall
             return
-        self.service.detector.restore(job, *self._recall(job, found))
+        try:
+            episode, times = self._recall(job, found)
+        except Exception:  # whatever the store held, the held heartbeats are taken
+            log.exception("job %s: its recall could not be used: it starts afresh", job)
+            episode, times = None, []
+        self.service.detector.restore(job, episode, times)
         for message, at in held:
             self.service.detector.observe(message, at)
 
@@ -198,14 +203,11 @@ class HangState:
             log.warning("job %s: stored state not usable (%r): it starts afresh", job, exc)
             times, episode = [], None
         self._baselines[job] = (tuple(times), self.clock())
-        self.reannounced += len(found.unsent)
-        for alert in found.unsent:
-            self.delivery.announce("alerts", job, alert)
+        sent = self.delivery.announce_stored("alerts", job, found.unsent)
+        self.reannounced += sent
         self.restored_episodes += episode is not None
         what = f"episode {episode.episode_id} open" if episode else "no open episode"
-        log.info(
-            "job %s recalled: %s, %d unsent alert states sent again", job, what, len(found.unsent)
-        )
+        log.info("job %s recalled: %s, %d unsent alert states sent again", job, what, sent)
         return episode, times
 
     def _snapshots(self) -> Output:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.schemas.codec import decode, encode
+from rankwatch.schemas.codec import InvalidMessage, decode, encode
 from rankwatch.streams.kit.output import Output, Publication
 from rankwatch.streams.kit.restart import announced_row
 from rankwatch.streams.kit.settings import ServiceSettings
@@ -196,6 +196,20 @@ class Delivery:
         """Publish a message whose rows are stored already (an alert state re-announced
         after a restart), in line after those held for the next flush."""
         self._held.append(Publication(kind, key, encode(kind, message)))
+
+    def announce_stored(self, kind: str, key: str, messages: list[dict[str, Any]]) -> int:
+        """:meth:`announce` each of ``messages``, read back from the store; one this
+        version cannot encode is logged and skipped (stored data is input too).
+        Returns how many were announced."""
+        sent = 0
+        for message in messages:
+            try:
+                self.announce(kind, key, message)
+            except InvalidMessage as exc:
+                log.warning("stored %s of %s not sent again (%s)", kind, key, exc)
+                continue
+            sent += 1
+        return sent
 
     @property
     def pending(self) -> int:

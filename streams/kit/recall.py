@@ -31,14 +31,18 @@ class _Waiting(Generic[T]):
 
 class Held(Generic[T]):
     """The jobs whose recall has not answered yet, each with what it held meanwhile: at
-    most ``limit`` items a job, the oldest dropped past that (counted in :attr:`dropped`).
+    most ``limit`` items a job, the oldest dropped past that (counted in :attr:`dropped`),
+    or every item (``limit`` None: the worker stops reading while :attr:`total` is too
+    high, rather than lose one).
 
     Each recall has a ticket: an answer for a job forgotten meanwhile (its partition
     revoked), and maybe met again since, is stale and takes nothing."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.dropped = 0
+        self.total = 0
+        """Items held, over all jobs."""
         self._jobs: dict[str, _Waiting[T]] = {}
         self._new: list[tuple[str, int]] = []
         self._tickets = 0
@@ -58,10 +62,12 @@ class Held(Generic[T]):
             waiting = self._jobs[job] = _Waiting(self._tickets)
             self._new.append((job, waiting.ticket))
         dropped = None
-        if len(waiting.items) >= self.limit:
+        if self.limit is not None and len(waiting.items) >= self.limit:
             dropped = waiting.items.popleft()
             self.dropped += 1
+            self.total -= 1
         waiting.items.append(item)
+        self.total += 1
         return dropped
 
     def take_new(self) -> list[tuple[str, int]]:
@@ -77,11 +83,13 @@ class Held(Generic[T]):
         if waiting is None or waiting.ticket != ticket:
             return None
         del self._jobs[job]
+        self.total -= len(waiting.items)
         return waiting.items
 
     def forget(self, job: str) -> None:
         """Drop what ``job`` holds (its partition was revoked): its recall is stale."""
-        self._jobs.pop(job, None)
+        waiting = self._jobs.pop(job, None)
+        self.total -= len(waiting.items) if waiting is not None else 0
         self._new = [(j, t) for j, t in self._new if j != job]
 
 

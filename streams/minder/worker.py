@@ -70,10 +70,11 @@ DETECTOR = "minder"
 Token = Any
 """What the shell acknowledges (a faust event); None: nothing to acknowledge."""
 MAX_HELD = 20_000
-"""Messages a job holds while its recall runs; past it the oldest go (counted, and
-acknowledged as too late to count). A recall takes milliseconds; one behind a hung
-server waits up to the store's timeout, and a job of 1,250 hosts (10,000 GPUs) sampled
-once a second sends 20,000 messages in 16 s."""
+"""Messages the jobs first met may hold while their recalls run; past it the worker
+stops reading until one answers (a sample dropped would be a window's sample lost). A
+recall takes milliseconds; one behind a hung server waits up to the store's timeout,
+and a job of 1,250 hosts (10,000 GPUs) sampled once a second sends 20,000 messages in
+16 s."""
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,9 @@ class MinderState:
         """job -> when its latest message came (this worker's clock, seconds)"""
         self.job_partitions: dict[str, tuple[str, int]] = {}
         """job -> the (topic, partition) its messages come from"""
-        self._held: Held[tuple[dict[str, Any], Token]] = Held(MAX_HELD)
-        """Jobs first met whose recall has not answered, and their messages meanwhile."""
+        self._held: Held[tuple[dict[str, Any], Token]] = Held(limit=None)
+        """Jobs first met whose recall has not answered, and their messages meanwhile
+        (all of them: :attr:`held_full` stops the reading instead)."""
 
     def on_message(
         self,
@@ -193,9 +195,12 @@ class MinderState:
         if job in self.monitors and job not in self._held:
             self._take(msg, token)
             return
-        dropped = self._held.hold(job, (msg, token))  # first met: until its recall answers
-        if dropped is not None:  # acknowledged as too late to count
-            self._settle(dropped[1])
+        self._held.hold(job, (msg, token))  # first met: until its recall answers
+
+    @property
+    def held_full(self) -> bool:
+        """Stop reading until a recall answers (back-pressure, as :attr:`Delivery.full`)."""
+        return self._held.total >= MAX_HELD
 
     def take_recalls(self) -> list[tuple[str, int]]:
         """The recalls to run (:class:`~rankwatch.streams.kit.recall.RecallTasks`):
@@ -220,7 +225,12 @@ class MinderState:
         held = self._held.answered(job, ticket)
         if held is None:
             return
-        self._meet(job, found)
+        try:
+            self._meet(job, found)
+        except Exception:  # whatever the store held, the held messages are taken
+            log.exception("job %s: its recall could not be used: its state starts afresh", job)
+            self.monitors[job] = JobMonitor(job, self.settings.online, self.model)
+            self.covered_ns.pop(job, None)
         for msg, token in held:
             self._take(msg, token)
 
@@ -297,7 +307,7 @@ class MinderState:
             "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
             "restored_jobs": self.restored_jobs,
             "recalls_waiting": len(self._held),
-            "held_dropped": self._held.dropped,
+            "recall_held": self._held.total,
             "acks_waiting": sum(len(w) for w in self.unacked.values()),
             "acks_held": self.order.held,
             **self.delivery.snapshot(),
@@ -380,11 +390,10 @@ class MinderState:
         self.monitors[job] = monitor
         if found is None:
             return
-        for alert in found.unsent:
-            self.delivery.announce("alerts", job, alert)
+        sent = self.delivery.announce_stored("alerts", job, found.unsent)
         log.info(
             "job %s recalled: %s, %d open episodes, %d unsent alert states sent again",
-            job, "snapshot" if state else "no snapshot", len(monitor.episodes), len(found.unsent),
+            job, "snapshot" if state else "no snapshot", len(monitor.episodes), sent,
         )  # fmt: skip
 
 
@@ -409,7 +418,8 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
             guard.handed(m)
             state.on_message(event.value, m.topic, m.partition, m.offset, token=event, key=m.key)
             recalls.start(state.take_recalls())  # in a thread: the others read on
-            while state.delivery.full:  # back-pressure: the timer stores, then we read on
+            # back-pressure: the timer stores, or a recall answers, then we read on
+            while state.delivery.full or state.held_full:
                 await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
     status = StatusReporter(app, settings.status_file, log, guard=guard)

@@ -128,5 +128,5 @@ def test_metrics_are_read_while_a_new_jobs_recall_waits(
         status = job.worker.wait_for(
             lambda s: s.get("recalls_waiting") == 0, HANG_S + 10, "job-n recalled"
         )
-        assert status["jobs"] == 2 and status["held_dropped"] == 0, status
+        assert status["jobs"] == 2 and status["recall_held"] == 0, status
         assert status["store_failures"] == 0, status

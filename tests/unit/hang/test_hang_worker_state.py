@@ -185,3 +185,14 @@ def test_a_stored_state_the_worker_cannot_read_starts_the_job_afresh() -> None:
     state.recalled(*recall, odd)
     assert state.restored_episodes == 0
     assert [r.rank for r in state.service.detector.ranks("j")] == [0]
+
+
+def test_an_unsent_alert_state_the_schema_refuses_is_not_sent_again() -> None:
+    settings = HangSettings("b", "chdb://unused")
+    state = HangState(settings, store=MemoryStore())  # type: ignore[arg-type]
+    state.on_heartbeat(beat(0, 100 * NS), Source("p.heartbeats"))
+    (recall,) = state.take_recalls()
+    odd = hang_worker.Recollection(unsent=[{"not": "an alert"}], latest=[], baseline=None)
+    state.recalled(*recall, odd)
+    assert state.reannounced == 0 and state.delivery.snapshot()["held_messages"] == 0
+    assert [r.rank for r in state.service.detector.ranks("j")] == [0]

@@ -180,12 +180,13 @@ def test_a_job_first_met_holds_its_messages_until_its_recall_answers() -> None:
     assert [t for t, _ in state.unacked["i"]] == [("i", 0), ("i", 1)]
 
 
-def test_a_job_holds_at_most_max_held_messages_and_lets_the_dropped_go(
+def test_past_max_held_the_worker_stops_reading_rather_than_drop_a_sample(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Past ``MAX_HELD`` the oldest held message is dropped, counted and acknowledged
-    (as one too late to count), so the partition's committed offset is not held for it;
-    a snapshot this version cannot read starts the job afresh."""
+    """Jobs first met hold every message while their recalls run; past ``MAX_HELD``
+    the state asks the agent to stop reading (a dropped sample would be a window's
+    sample lost). Stored data the worker cannot use (a snapshot of another shape, an
+    alert state the schema refuses) starts the job afresh; its messages are taken."""
     from rankwatch.streams.minder import worker
 
     monkeypatch.setattr(worker, "MAX_HELD", 2)
@@ -194,11 +195,12 @@ def test_a_job_holds_at_most_max_held_messages_and_lets_the_dropped_go(
     for s in range(3):
         msg = metrics_message("j", "h0", T0 + s * NS, {"cpu_util": 50.0})
         state.on_message(orjson.dumps(msg), "m", 0, s, token=s)
-    assert state.snapshot()["held_dropped"] == 1
+    assert state.held_full and state.snapshot()["recall_held"] == 3
     (recall,) = state.take_recalls()
-    bad = worker.Recollection(snapshot={"next_end_ns": 1}, unsent=[])
+    bad = worker.Recollection(snapshot={"next_end_ns": 1}, unsent=[{"not": "an alert"}])
     state.recalled(*recall, bad)
+    assert not state.held_full and state.snapshot()["recall_held"] == 0
     monitor = state.monitors["j"]
     assert state.restored_jobs == 0 and monitor.late == 0 and monitor.newest_ns == T0 + 2 * NS
-    assert state.on_tick()
-    assert state.take_acks() == [0]  # the dropped one; 1 and 2 wait for a window
+    assert state.delivery.snapshot()["held_messages"] == 0  # the refused one is not sent
+    assert [t for t, _ in state.unacked["j"]] == [0, 1, 2]

@@ -24,9 +24,20 @@ def test_a_job_holds_its_items_in_order_until_its_recall_answers() -> None:
 def test_past_the_limit_the_oldest_item_is_dropped_and_counted() -> None:
     held: Held[int] = Held(limit=2)
     dropped = [held.hold("j", i) for i in range(4)]
-    assert dropped == [None, None, 0, 1] and held.dropped == 2
+    assert dropped == [None, None, 0, 1] and held.dropped == 2 and held.total == 2
     ((job, ticket),) = held.take_new()
     assert list(held.answered(job, ticket) or ()) == [2, 3]
+
+
+def test_without_a_limit_every_item_is_held_and_the_total_counted() -> None:
+    held: Held[int] = Held(limit=None)
+    assert [held.hold("j", i) for i in range(5)] == [None] * 5
+    held.hold("k", 9)
+    assert held.total == 6 and held.dropped == 0
+    held.forget("k")
+    assert held.total == 5
+    ((job, ticket),) = held.take_new()
+    assert len(held.answered(job, ticket) or ()) == 5 and held.total == 0
 
 
 def test_a_recall_answering_after_its_job_was_forgotten_takes_nothing() -> None:
