@@ -145,6 +145,10 @@ class HangDetector:
     def knows(self, job: str) -> bool:
         return job in self._jobs
 
+    def forget(self, job: str) -> None:
+        """Drop ``job`` (its heartbeats now go to another worker)."""
+        self._jobs.pop(job, None)
+
     def restore(
         self, job: str, episode: Episode | None, step_times: list[float] | None = None
     ) -> None:

@@ -69,6 +69,11 @@ class HangService:
         except InvalidMessage as exc:
             return None, self._dead(data, source, now_ns, exc)
 
+    def forget(self, job: str) -> None:
+        """Drop what is known of ``job``: its ranks, episode and stack dumps."""
+        self.detector.forget(job)
+        self._dumps.pop(job, None)
+
     def on_stacks(self, data: bytes, source: Source, now_ns: int) -> Output:
         """Keep the rank's latest dump; if its job is hung, re-merge the episode's stacks."""
         try:

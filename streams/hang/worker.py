@@ -105,6 +105,8 @@ class HangState:
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
         self._held: Held[tuple[dict[str, Any], int]] = Held(MAX_HELD)
+        self.job_partitions: dict[str, tuple[str, int]] = {}
+        """job -> the (topic, partition) its heartbeats come from"""
         """Jobs first met whose recall has not answered: (heartbeat, arrival ns) each."""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
@@ -116,6 +118,7 @@ class HangState:
         if message is None:
             return
         job = message["job"]
+        self.job_partitions[job] = (source.topic, source.partition)
         if self.service.detector.knows(job) and job not in self._held:
             self.service.detector.observe(message, now)
             return
@@ -159,6 +162,20 @@ class HangState:
         """Every recall not started yet, here and now (tests, and callers without an
         event loop)."""
         recall_now(self.take_recalls(), self.look_up, self.recalled)
+
+    def keep_partitions(self, assigned: set[tuple[str, int]]) -> list[str]:
+        """The partitions this worker reads now (after a rebalance): forget the jobs
+        whose heartbeats came from another, and return them. Their new owner recalls
+        them from the store; kept here, they would fall silent and be declared hung.
+        A job that stays keeps its state (faust revokes every partition and assigns
+        the new set, so a revocation alone says nothing)."""
+        gone = [job for job, tp in self.job_partitions.items() if tp not in assigned]
+        for job in gone:
+            del self.job_partitions[job]
+            self.service.forget(job)
+            self._held.forget(job)
+            self._baselines.pop(job, None)
+        return gone
 
     def on_stacks(self, value: bytes, source: Source) -> None:
         self.messages_in += 1
@@ -254,6 +271,13 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
             state.on_stacks(event.value, _source(event.message))
 
     status = StatusReporter(app, settings.status_file, log, guard=guard)
+
+    async def on_assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
+        gone = state.keep_partitions({(tp.topic, tp.partition) for tp in assigned})
+        if gone:
+            log.info("%d jobs moved to other workers, forgotten here: %s", len(gone), gone)
+
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
     storing: list[asyncio.Task[None]] = []
     """The running store, if any: one at a time."""

@@ -196,3 +196,19 @@ def test_an_unsent_alert_state_the_schema_refuses_is_not_sent_again() -> None:
     state.recalled(*recall, odd)
     assert state.reannounced == 0 and state.delivery.snapshot()["held_messages"] == 0
     assert [r.rank for r in state.service.detector.ranks("j")] == [0]
+
+
+def test_a_job_whose_partition_went_to_another_worker_is_forgotten_not_declared() -> None:
+    """After a rebalance a job's heartbeats go to its new owner: kept here, its ranks
+    would fall silent and the job be declared hung. Jobs that stay keep their state."""
+    now = [100 * NS]
+    settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
+    state = HangState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
+    state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0))
+    state.on_heartbeat(beat(0, now[0]).replace(b'"j"', b'"k"'), Source("p.heartbeats", 1))
+    state.recall_waiting()
+    assert state.keep_partitions({("p.heartbeats", 0), ("p.stacks", 1)}) == ["k"]
+    assert state.service.detector.jobs() == ["j"]
+    now[0] += 60 * NS  # both silent, as far as this worker hears
+    assert [p.kind for p in tick(state)] == ["alerts"]  # j's hang only
+    assert state.service.detector.episodes()[0].job == "j"
