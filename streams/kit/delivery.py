@@ -30,12 +30,13 @@ reads on: :meth:`Delivery.begin` takes what is buffered, :meth:`Delivery.run` in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
 from rankwatch.streams.kit.output import Output, Publication
@@ -45,6 +46,7 @@ from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store, StoreError
 
 log = logging.getLogger("rankwatch.delivery")
+T = TypeVar("T")
 
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 30.0
@@ -355,6 +357,22 @@ class Delivery:
         }
 
 
+async def in_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a thread. If the caller is cancelled meanwhile (a worker
+    stopping, a rebalance), the cancellation waits for the thread to end: the caller's
+    cleanup (:meth:`Delivery.end` putting a flush's rows back) must not run while the
+    thread still inserts them, or rows buffered since would join a list the thread then
+    deletes, and a second flush could start beside it."""
+    thread = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    try:
+        return await asyncio.shield(thread)
+    except asyncio.CancelledError:
+        while not thread.done():  # the store's timeout bounds this
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([thread])
+        raise
+
+
 async def flush_in_thread(delivery: Delivery) -> bool:
     """:meth:`Delivery.flush` with its inserts in a thread: the worker's agents go on
     reading while the store answers (a worker that judges its input by when it arrives,
@@ -363,7 +381,7 @@ async def flush_in_thread(delivery: Delivery) -> bool:
     if flush is None:
         return False
     try:
-        await asyncio.to_thread(delivery.run, flush)
+        await in_thread(delivery.run, flush)
     finally:  # an unexpected error still puts the rows back before it goes up
         stored = delivery.end(flush)
     return stored

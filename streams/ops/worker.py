@@ -23,7 +23,7 @@ import faust
 
 from rankwatch.schemas.codec import prepare
 from rankwatch.streams.kit.changelog import ChangelogReader
-from rankwatch.streams.kit.delivery import publish
+from rankwatch.streams.kit.delivery import in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
@@ -95,7 +95,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             return
         states = state.handover(every)  # exactly the rows this store takes
         try:
-            await asyncio.to_thread(state.delivery.run, store.flush)
+            await in_thread(state.delivery.run, store.flush)
         finally:
             tokens = state.end_store(store)
             if not state.stored:

@@ -5,6 +5,8 @@ first in line next time, and the record of sent alerts."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -12,7 +14,12 @@ from support.memstore import MemoryStore
 
 from rankwatch.schemas.codec import encode
 from rankwatch.schemas.examples import example
-from rankwatch.streams.kit.delivery import FIRST_BACKOFF_S, MAX_BACKOFF_S, Delivery
+from rankwatch.streams.kit.delivery import (
+    FIRST_BACKOFF_S,
+    MAX_BACKOFF_S,
+    Delivery,
+    flush_in_thread,
+)
 from rankwatch.streams.kit.output import Output, Publication
 
 
@@ -143,6 +150,44 @@ def test_the_worker_counts_a_running_flush_without_reading_its_rows() -> None:
     assert d.pending == 5  # counted until the flush ends
     d.run(flush)
     assert d.end(flush) and d.pending == 0
+
+
+class SlowStore(MemoryStore):
+    """Inserts wait for :attr:`go` (a server slow to answer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inserting, self.go = threading.Event(), threading.Event()
+
+    def insert(self, table: str, rows: Any) -> None:
+        self.inserting.set()
+        self.go.wait(10)
+        super().insert(table, rows)
+
+
+def test_a_flush_cancelled_while_its_thread_inserts_ends_after_the_thread() -> None:
+    """A worker stopping cancels the task that awaits a flush while its thread still
+    inserts: the flush must not end (its rows put back, another flush allowed) until
+    the thread does, or rows written meanwhile join the lists the thread then drops."""
+    store, clock = SlowStore(), Clock()
+    d = delivery(store, clock)
+    d.write(output(4))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(flush_in_thread(d))
+        while not store.inserting.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        assert d.flying and not task.done()  # still waiting for the thread
+        d.write(rows_of(output(2, table="other")))  # buffered meanwhile, not lost
+        store.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert not d.flying and len(store.rows["hangs"]) == 4
+    assert d.flush() and len(store.rows["other"]) == 2 and len(store.rows["hangs"]) == 4
 
 
 def test_a_failed_flush_puts_its_rows_and_messages_back_ahead_of_newer_ones() -> None:
