@@ -105,9 +105,9 @@ class HangState:
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
         self._held: Held[tuple[dict[str, Any], int]] = Held(MAX_HELD)
+        """Jobs first met whose recall has not answered: (heartbeat, arrival ns) each."""
         self.job_partitions: dict[str, tuple[str, int]] = {}
         """job -> the (topic, partition) its heartbeats come from"""
-        """Jobs first met whose recall has not answered: (heartbeat, arrival ns) each."""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
         """One heartbeat, at its arrival time; a job not recalled yet holds it."""
