@@ -206,6 +206,16 @@ class HangState:
         """Evaluate the jobs: their rows and alerts are buffered for the next flush."""
         self.delivery.write(self.service.on_tick(self.clock()))
         self.delivery.write(self._snapshots())
+        self._prune()
+
+    def _prune(self) -> None:
+        """Forget the partitions and baselines of jobs the detector dropped (they
+        finished) and no recall waits for: one entry a job ever met, else."""
+        known = self.service.detector.knows
+        self.job_partitions = {
+            j: tp for j, tp in self.job_partitions.items() if known(j) or j in self._held
+        }
+        self._baselines = {j: b for j, b in self._baselines.items() if known(j)}
 
     def _recall(self, job: str, found: Recollection | None) -> tuple[Episode | None, list[float]]:
         """The job's open episode and step times as stored; its unsent alert states

@@ -212,3 +212,15 @@ def test_a_job_whose_partition_went_to_another_worker_is_forgotten_not_declared(
     now[0] += 60 * NS  # both silent, as far as this worker hears
     assert [p.kind for p in tick(state)] == ["alerts"]  # j's hang only
     assert state.service.detector.episodes()[0].job == "j"
+
+
+def test_a_finished_job_leaves_no_partition_or_baseline_behind() -> None:
+    settings = HangSettings("b", "chdb://unused")
+    state = HangState(settings, store=MemoryStore())  # type: ignore[arg-type]
+    done = b'"last_done":null,"state":"finished"'
+    finished = beat(0, 100 * NS).replace(b'"last_done":null', done)
+    state.on_heartbeat(finished, Source("p.heartbeats", 0))
+    state.recall_waiting()
+    assert state.job_partitions == {"j": ("p.heartbeats", 0)}
+    state.on_tick()  # the detector drops a job whose ranks all finished
+    assert state.job_partitions == {} and state._baselines == {}
