@@ -7,7 +7,9 @@ long as the store's timeout; run on the event loop, it stopped every job's messa
 that long. The hang and Minder workers hold the new job's messages here instead, run
 the lookup in a thread (:class:`RecallTasks`) while the other jobs' messages are read
 on, and take the held ones back, in the order they came, when it answers
-(docs/detection.md, "After a restart").
+(docs/detection.md, "After a restart"). The ops worker holds them here too, but runs
+its own recall: a job it cannot restore waits, it never starts afresh (docs/sizing.md,
+"Moving jobs between workers").
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ class Held(Generic[T]):
         self.total += 1
         return dropped
 
+    def first(self, job: str) -> T | None:
+        """The oldest item ``job`` holds (None: it holds none, or its recall answered)."""
+        waiting = self._jobs.get(job)
+        return waiting.items[0] if waiting is not None and waiting.items else None
+
+    def current(self, job: str, ticket: int) -> bool:
+        """Whether ``ticket`` is ``job``'s recall still waited for (not stale)."""
+        waiting = self._jobs.get(job)
+        return waiting is not None and waiting.ticket == ticket
+
+    def jobs(self) -> list[str]:
+        """The jobs whose recall has not answered."""
+        return list(self._jobs)
+
     def take_new(self) -> list[tuple[str, int]]:
         """(job, ticket) of the recalls asked for since the last call: run each, then
         give its answer to the worker, which calls :meth:`answered`."""
@@ -86,11 +102,15 @@ class Held(Generic[T]):
         self.total -= len(waiting.items)
         return waiting.items
 
-    def forget(self, job: str) -> None:
-        """Drop what ``job`` holds (its partition was revoked): its recall is stale."""
+    def forget(self, job: str) -> deque[T]:
+        """Drop what ``job`` holds (its partition was revoked): its recall is stale.
+        Returns what it held."""
         waiting = self._jobs.pop(job, None)
-        self.total -= len(waiting.items) if waiting is not None else 0
         self._new = [(j, t) for j, t in self._new if j != job]
+        if waiting is None:
+            return deque()
+        self.total -= len(waiting.items)
+        return waiting.items
 
 
 def recall_now(

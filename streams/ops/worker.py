@@ -28,8 +28,11 @@ from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, 
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
 from rankwatch.streams.kit.rewind import StallGuard
+from rankwatch.streams.kit.store import StoreError
 from rankwatch.streams.ops.worker_state import (
     JOBSTATE_MAX_BYTES,
+    HeldMessage,
+    Recollection,
     WorkerSettings,
     WorkerState,
     first_batch,
@@ -124,22 +127,71 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         state.handed_over(states, ok=True)
         return True
 
-    async def restore(batch: Any, partition: int) -> None:
-        """Restore ``batch``'s job from its jobstate message or the store, waiting while
-        either cannot be read (going on without them would analyse and store twice)."""
+    async def jobstate_of(job: str, partition: int, ticket: int) -> bytes | None:
+        """``job``'s latest jobstate message (None: there is none), read again while the
+        topic cannot be read, until restore ``ticket`` goes stale."""
         count = max(state.topics.get(jobstate_topic_name(settings), 0), 1)
-        while True:
+        while state.recall_subject(job, ticket) is not None:
             try:
-                saved = (await changelog.latest(partition % count)).get(batch.job.encode())
-                break
+                return (await changelog.latest(partition % count)).get(job.encode())
             except Exception as exc:  # broker unreachable: the job waits, the worker lives
                 log.warning("cannot read the jobstate topic (%s): retrying", exc)
                 await asyncio.sleep(1.0)
-        while True:
-            async with settling:  # the store serves one caller at a time
-                if state.restore(batch, saved):
-                    return
-            await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 5.0))  # store down
+        return None
+
+    async def recall(job: str, ticket: int) -> None:
+        """Restore a job first met from its jobstate message or the store, its messages
+        held meanwhile (:meth:`WorkerState.hold`), and take them once it is restored. It
+        waits while either cannot be read: going on without them would analyse and
+        store twice. The store is read in a thread, once no store runs (the store
+        serves one caller at a time, and a store under way may hold the job's rows)."""
+        first = state.recall_subject(job, ticket)
+        if first is None:
+            return
+        saved = await jobstate_of(job, first.source.partition, ticket)
+        layout = (first.batch.dp_size, first.batch.pp_size)
+        while state.recall_subject(job, ticket) is not None:
+            async with settling:
+                found = await look_up(job, layout, saved)
+                if found is not None and state.recalled(job, ticket, found):
+                    break
+            # the store backs off, or refused for good (said in the log): ask again later
+            await asyncio.sleep(min(max(state.delivery.retry_in(), 1.0), 5.0))
+        if state.settle_in() is not None:
+            wanted.set()
+
+    async def look_up(
+        job: str, layout: tuple[int, int], saved: bytes | None
+    ) -> Recollection | None:
+        """:meth:`WorkerState.look_up` in a thread; None while the store cannot answer."""
+        if not state.delivery.store_ready:
+            return None
+        handed = state.jobstate_history(job, saved)
+        try:
+            return await asyncio.to_thread(state.look_up, job, layout, handed)
+        except StoreError as exc:
+            try:
+                state.delivery.failed(exc)
+            except StoreError:  # not one that waiting helps: said loudly, tried again
+                log.error("job %s cannot be restored: %s", job, exc)
+        except Exception:  # a bug: the job waits (its messages held), logged
+            log.exception("job %s: restoring it failed", job)
+        return None
+
+    async def logged_recall(job: str, ticket: int) -> None:
+        try:
+            await recall(job, ticket)
+        except Exception:  # a bug: logged here, not lost in a task nobody awaits
+            log.exception("restoring job %s failed", job)
+
+    def start_recalls() -> None:
+        for job, ticket in state.take_recalls():
+            task = asyncio.ensure_future(logged_recall(job, ticket))
+            recalling.add(task)
+            task.add_done_callback(recalling.discard)
+
+    recalling: set[asyncio.Task[None]] = set()
+    """A reference to each running restore, so that none is collected mid-way."""
 
     @app.agent(ops_topic)
     async def ops(stream: Any) -> None:
@@ -149,21 +201,21 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             guard.handed(msg)
             members = state.decode(event.value)
             batch = first_batch(members)
-            if batch is not None and state.needs_restore(batch, event.key):
-                generation = revocations[0]
-                await restore(batch, msg.partition)
-                if revocations[0] != generation:  # revoked meanwhile: the owner re-reads it
-                    state.forget_job(batch.job)
-                    continue
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
             source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
-            state.on_message(event, event.value, source, members)
+            if batch is not None and state.must_hold(batch, event.key):
+                state.hold(HeldMessage(event, event.value, source, members, batch))
+                start_recalls()
+            else:
+                state.on_message(event, event.value, source, members)
             if state.settle_in() is not None:  # a step closed: stored and announced by
                 wanted.set()  # `settler` now, or once the gap (or backoff) has passed
             while state.full:  # back-pressure: nothing more in memory until it is stored
                 await settle()
                 if state.full:
                     await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
+            while state.held_full:  # restores hold too much: read on once one answers
+                await asyncio.sleep(0.05)
 
     wanted = asyncio.Event()
     """Set when a store is wanted (steps closed, or the tick's): :func:`settler` runs it."""
@@ -195,14 +247,12 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         state.input_lag_s = state.delivery.flush_s = 0.0
         await status(snapshot)
 
-    revocations = [0]
-    """Rebalances so far: an event whose job was restored across one is not processed."""
-
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
-        revocations[0] += 1
+        gone = {(tp.topic, tp.partition) for tp in revoked}
+        state.forget_held(gone)  # now: a restore answering while this waits is stale
         async with settling:  # no settle between the handover and forgetting the jobs
             await store_and_hand_over(every=True)  # the new owner restores from these
-            state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
+            state.forget_partitions(gone)
         await publish(state.delivery, out_topics)
         changelog.forget()  # re-read at the next job met: the partitions may come back
 
@@ -225,7 +275,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             await settle(every=True)
         except Exception:  # never keep the process from stopping
             log.exception("final settle at shutdown failed")
-        for task in warming:
+        for task in [*warming, *recalling]:
             task.cancel()
         await changelog.stop()
 

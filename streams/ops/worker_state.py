@@ -40,6 +40,7 @@ from rankwatch.streams.kit.acks import AckTracker, InOrder
 from rankwatch.streams.kit.delivery import Delivery, Flush
 from rankwatch.streams.kit.output import Output, Source
 from rankwatch.streams.kit.pacing import Pacer
+from rankwatch.streams.kit.recall import Held
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
@@ -62,6 +63,34 @@ stored every closed step at once took 14-23% more CPU per record (benchmarks/REA
 "Closed steps stored at once" and its re-landed sequel). Two ticks, so that a live burst
 (a large job's step end: 0.7-1 s of work) and clocks a few hundred ms apart do not
 count as a backlog."""
+
+
+MAX_HELD_MESSAGES = 10_000
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Messages of jobs whose restore has not answered yet, held at most (their number, their
+bytes): past either the worker reads nothing more until a restore answers
+(:attr:`WorkerState.held_full`). None is ever dropped: its offset could not be committed."""
+
+
+@dataclass(frozen=True)
+class HeldMessage:
+    """A message of a job first met, read while the job's restore runs."""
+
+    token: Any
+    value: bytes
+    source: Source
+    members: list[Member] | None
+    batch: OpBatch
+    """Its first batch: what names the job, its layout and its key."""
+
+
+@dataclass(frozen=True)
+class Recollection:
+    """What a job first met is restored from (:meth:`WorkerState.look_up`)."""
+
+    history: JobHistory
+    from_jobstate: bool
+    """Whether ``history`` is its jobstate message's (else the store's)."""
 
 
 def _newer_in_store(store: Store, job: str, handed: int | None) -> bool:
@@ -195,6 +224,9 @@ class WorkerState:
         """When the steps closed since the last store are due to be stored."""
         self.latest_lag_s: float | None = None
         """Age (broker timestamp to processing) of the latest message that had one."""
+        self._held: Held[HeldMessage] = Held(limit=None)
+        """Messages of jobs first met, waiting for their restores (:meth:`hold`)."""
+        self._held_bytes = 0
 
     # -- messages ----------------------------------------------------------------------
 
@@ -216,33 +248,47 @@ class WorkerState:
         )
 
     def restore(self, batch: OpBatch, saved: bytes | None = None) -> bool:
-        """Load the history of ``batch``'s job: from ``saved`` (its latest jobstate
-        message, None when there is none) unless the store has a newer closed step, else
-        from the store; False if the store is unavailable."""
+        """Load the history of ``batch``'s job, here and now: from ``saved`` (its latest
+        jobstate message, None when there is none) unless the store has a newer closed
+        step, else from the store; False if the store is unavailable. The worker runs
+        the same steps with the store read in a thread (:meth:`hold`)."""
         job, layout = batch.job, (batch.dp_size, batch.pp_size)
         if not self.delivery.store_ready:
             return False
-        handed = self._handed_over(job, saved)
         try:
-            store = self.delivery.store()
-            if handed is None or _newer_in_store(store, job, newest_closed(handed)):
-                history = load_history(
-                    store,
-                    job,
-                    layout,
-                    closed_memory=self.settings.assembly.closed_memory,
-                    window=self.settings.window,
-                    alert_window=self.settings.alerts.window,
-                )
-                handed = None
-            else:
-                history = _with_stored_batches(store, handed, job, self.settings.assembly)
+            found = self.look_up(job, layout, self.jobstate_history(job, saved))
         except StoreError as exc:
             self.delivery.failed(exc)
             return False
+        self.restored(job, layout, found)
+        return True
+
+    def look_up(self, job: str, layout: tuple[int, int], handed: JobHistory | None) -> Recollection:
+        """What ``job`` is restored from: ``handed`` (its jobstate message's history,
+        :meth:`jobstate_history`) with the batches of its open steps stored since, unless the
+        store holds a newer closed step; else the store's history. Raises StoreError.
+        It reads the store and changes nothing here: a thread may run it while the
+        event loop takes other jobs' messages."""
+        store = self.delivery.store()
+        if handed is not None and not _newer_in_store(store, job, newest_closed(handed)):
+            later = _with_stored_batches(store, handed, job, self.settings.assembly)
+            return Recollection(later, from_jobstate=True)
+        history = load_history(
+            store,
+            job,
+            layout,
+            closed_memory=self.settings.assembly.closed_memory,
+            window=self.settings.window,
+            alert_window=self.settings.alerts.window,
+        )
+        return Recollection(history, from_jobstate=False)
+
+    def restored(self, job: str, layout: tuple[int, int], found: Recollection) -> None:
+        """Give ``job`` the history :meth:`look_up` found."""
+        history = found.history
         self.pipeline.restore(job, layout, history)
         self.counters.restored_jobs += 1
-        self.counters.restored_from_jobstate += handed is not None
+        self.counters.restored_from_jobstate += found.from_jobstate
         if history.last_alert is not None:
             # a crash between storing an alert and publishing it would lose the message:
             # announce the job's latest alert state again (at least once; automation
@@ -252,14 +298,72 @@ class WorkerState:
         log.info(
             "restored job %s from %s: %d closed steps, %d in the window, open alert %s",
             job,
-            "its jobstate message" if handed is not None else "the store",
+            "its jobstate message" if found.from_jobstate else "the store",
             len(history.closed_steps),
-            len(history.summaries or {}) if handed is not None else len(history.analysed),
+            len(history.summaries or {}) if found.from_jobstate else len(history.analysed),
             history.open_alert,
         )
+
+    # -- jobs first met, restored while the others' messages are read -------------------
+
+    def must_hold(self, batch: OpBatch | None, key: bytes | None = None) -> bool:
+        """Whether a message whose first batch is ``batch`` waits for its job's restore:
+        the job is met now (:meth:`needs_restore`), or its restore has not answered."""
+        return batch is not None and (batch.job in self._held or self.needs_restore(batch, key))
+
+    def hold(self, message: HeldMessage) -> None:
+        """Read a message of a job whose restore has not answered: it waits, in order,
+        for :meth:`recalled`. It takes its place in its partition's acknowledgements
+        now, so no later message of the partition is committed past it. A job's first
+        message asks for its restore (:meth:`take_recalls`)."""
+        self.counters.messages_in += 1
+        self.order.received(message.token, (message.source.topic, message.source.partition))
+        self._held.hold(message.batch.job, message)
+        self._held_bytes += len(message.value)
+
+    @property
+    def held_full(self) -> bool:
+        """Too much held for restores that have not answered: read nothing more."""
+        return self._held.total >= MAX_HELD_MESSAGES or self._held_bytes >= MAX_HELD_BYTES
+
+    def take_recalls(self) -> list[tuple[str, int]]:
+        """(job, ticket) of the restores to start: :meth:`recall_subject`, read its
+        jobstate message, :meth:`look_up` in a thread, then :meth:`recalled`."""
+        return self._held.take_new()
+
+    def recall_subject(self, job: str, ticket: int) -> HeldMessage | None:
+        """The first message ``job`` holds for restore ``ticket`` (None: the restore is
+        stale, its job forgotten since)."""
+        return self._held.first(job) if self._held.current(job, ticket) else None
+
+    def recalled(self, job: str, ticket: int, found: Recollection) -> bool:
+        """Restore ``job`` from ``found``, then take the messages it held, in the order
+        they came. False, changing nothing, when restore ``ticket`` is stale (the job's
+        partitions were revoked meanwhile: their messages are read again)."""
+        first = self._held.first(job)
+        held = self._held.answered(job, ticket)
+        if held is None or first is None:
+            return False
+        batch = first.batch
+        try:
+            self.restored(job, (batch.dp_size, batch.pp_size), found)
+        except Exception:  # a history this code cannot use: the job starts afresh, logged
+            log.exception("job %s: its restored history could not be used", job)
+            self.pipeline.forget(job)
+        for message in held:
+            self._held_bytes -= len(message.value)
+            self._take_in(message.token, message.value, message.source, message.members)
         return True
 
-    def _handed_over(self, job: str, saved: bytes | None) -> JobHistory | None:
+    def forget_held(self, revoked: set[tuple[str, int]]) -> None:
+        """Drop the messages held for restores of jobs read from ``revoked`` partitions
+        (they are read again, by their next owner); those restores are stale."""
+        for job in self._held.jobs():
+            first = self._held.first(job)
+            if first is None or (first.source.topic, first.source.partition) in revoked:
+                self._held_bytes -= sum(len(m.value) for m in self._held.forget(job))
+
+    def jobstate_history(self, job: str, saved: bytes | None) -> JobHistory | None:
         """The history in a jobstate message; None (counted, logged) when there is none
         or it cannot be read back: the store is then all there is."""
         if saved is None:
@@ -324,6 +428,12 @@ class WorkerState:
         ``token`` is acknowledged once what it fed is stored."""
         self.counters.messages_in += 1
         self.order.received(token, (source.topic, source.partition))
+        self._take_in(token, value, source, members)
+
+    def _take_in(
+        self, token: Any, value: bytes, source: Source, members: list[Member] | None
+    ) -> None:
+        """A message read (and placed in its partition's order) before."""
         now_ns = time.time_ns()
         if source.timestamp_ns is not None:
             self.latest_lag_s = (now_ns - source.timestamp_ns) / 1e9
@@ -423,13 +533,7 @@ class WorkerState:
         # committed offset once assigned; tokens held back are of those reads
         self._unacked.clear()
         self.order.forget(revoked)
-
-    def forget_job(self, job: str) -> None:
-        """Drop a job restored while its partition was being revoked (its next owner,
-        maybe this worker again, restores it anew)."""
-        self.pipeline.forget(job)
-        self.job_partitions.pop(job, None)
-        self.changed.discard(job)
+        self.forget_held(revoked)
 
     def snapshot(self) -> dict[str, Any]:
         """Counters and state for logs and the health file."""
@@ -446,6 +550,8 @@ class WorkerState:
             "acks_waiting": self.acks.waiting,
             "acks_settled": self.acks.settled,
             "acks_held": self.order.held,
+            "recalls_waiting": len(self._held),
+            "recall_held": self._held.total,
             "open_steps": sum(1 for _ in self.pipeline.assembler.open_steps()),
             "topics": dict(self.topics),
         }

@@ -23,6 +23,7 @@ from support.workers import (
     several_jobs,
     stored_steps,
     uncommitted,
+    until,
     wait_committed,
 )
 
@@ -142,8 +143,7 @@ def test_a_slow_server_holds_one_store_not_the_reading(
     worker goes on reading and writing its health file while the insert waits, commits
     nothing past what is stored, and stores what it read meanwhile with its next store:
     every step once, with an uninterrupted run's numbers. (Both jobs are known before
-    the hang: a job met for the first time waits for a running store, its restore
-    reads the store.)"""
+    the hang: a job first met meanwhile is the next test's.)"""
     batches, expected = _jobs(steps=6)
     parts = [[b for b in batches if b.batch.step_span[0] // 2 == i] for i in range(3)]
     topic, group, server, worker = _first_part_stored(
@@ -167,6 +167,46 @@ def test_a_slow_server_holds_one_store_not_the_reading(
         status, rows = _all_stored(kafka_broker, topic, group, server, worker)
         assert status["store_failures"] == 0 and status["rows_dropped"] == 0, status
         assert status["restored_jobs"] == 2, status
+    finally:
+        worker.stop()
+        server.stop()
+    assert sorted((r["job"], r["step"]) for r in rows) == sorted(expected)  # each once
+    assert_same_numbers(rows, expected)
+
+
+def test_a_job_first_met_during_a_slow_store_waits_alone(
+    kafka_broker: str, tmp_path: Path, artifacts_dir: Path
+) -> None:
+    """job-2 is first met while an insert is held 10 s. Its restore reads the store, so
+    it waits behind the insert; it does so in a thread, with job-2's messages held, and
+    the messages of job-0 and job-1 sent after job-2's are read meanwhile (on the event
+    loop, the restore stopped every job's messages for the hold). job-2's held messages
+    are taken once its restore answers: every step of the three jobs stored once, with
+    an uninterrupted run's numbers, and nothing committed past what is stored."""
+    batches = several_jobs(["job-0", "job-1", "job-2"], steps=6, origin_ns=time.time_ns())
+    expected = reference_rows(batches)
+    known = [b for b in batches if b.batch.job != "job-2"]
+    newcomer = [b for b in batches if b.batch.job == "job-2"]
+    parts = [[b for b in known if b.batch.step_span[0] // 2 == i] for i in range(3)]
+    topic, group, server, worker = _first_part_stored(
+        kafka_broker, tmp_path, artifacts_dir, parts[0]
+    )
+    try:
+        server.hang_inserts(10, 1)
+        publish(kafka_broker, parts[1], topic=topic)
+        until(lambda: server.hangs_left() == 0, 30, "an insert held")
+        held_at = time.monotonic()
+        publish(kafka_broker, newcomer, topic=topic)
+        publish(kafka_broker, parts[2], topic=topic)
+        status = worker.wait_for(
+            lambda s: s.get("messages_in", 0) == len(batches), 7, "reading while job-2 waits"
+        )
+        assert time.monotonic() - held_at < 10  # the insert is still held
+        assert status["recalls_waiting"] == 1 and status["recall_held"] > 0, status
+        assert uncommitted(kafka_broker, group, topic, 2) > 0
+        status, rows = _all_stored(kafka_broker, topic, group, server, worker)
+        assert status["store_failures"] == 0 and status["rows_dropped"] == 0, status
+        assert status["restored_jobs"] == 3 and status["recalls_waiting"] == 0, status
     finally:
         worker.stop()
         server.stop()

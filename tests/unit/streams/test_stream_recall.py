@@ -51,6 +51,18 @@ def test_a_recall_answering_after_its_job_was_forgotten_takes_nothing() -> None:
     assert list(held.answered("j", current) or ()) == ["after"]
 
 
+def test_a_waiting_jobs_first_item_and_current_ticket_are_known_until_it_answers() -> None:
+    held: Held[str] = Held(limit=None)
+    held.hold("j", "a")
+    held.hold("j", "b")
+    ((job, ticket),) = held.take_new()
+    assert held.first(job) == "a" and held.current(job, ticket) and held.jobs() == ["j"]
+    assert not held.current(job, ticket + 1) and held.first("k") is None
+    assert list(held.forget(job)) == ["a", "b"] and held.total == 0  # what it held
+    assert held.first(job) is None and not held.current(job, ticket) and held.jobs() == []
+    assert list(held.forget(job)) == []
+
+
 def test_a_job_forgotten_before_its_recall_started_asks_for_none() -> None:
     held: Held[str] = Held(limit=10)
     held.hold("j", "x")

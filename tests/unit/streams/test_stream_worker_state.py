@@ -16,8 +16,13 @@ from support.messages import small_job
 
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.streams.kit.output import Source
-from rankwatch.streams.ops import recovery
-from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState, first_batch
+from rankwatch.streams.ops import recovery, worker_state
+from rankwatch.streams.ops.worker_state import (
+    HeldMessage,
+    WorkerSettings,
+    WorkerState,
+    first_batch,
+)
 
 
 def messages() -> list[bytes]:
@@ -290,3 +295,65 @@ def test_a_stored_message_is_acknowledged_only_after_the_ones_read_before_it() -
     consume(state, [(16, data[14][1]), (17, data[15][1])])  # step 3 closes
     assert sorted(state.release(state.flush())) == [12, 13, 14, 16, 17]
     assert state.snapshot()["acks_held"] == 0
+
+
+def _held(state: WorkerState, items: list[tuple[int, bytes]], partition: int = 0) -> None:
+    """Read ``items`` as the worker does: a job first met is held for its restore."""
+    for offset, value in items:
+        members = state.decode(value)
+        batch = first_batch(members)
+        source = Source("ops", partition, offset, b"j", time.time_ns())
+        if batch is not None and state.must_hold(batch):
+            state.hold(HeldMessage(offset, value, source, members, batch))
+        else:
+            state.on_message(offset, value, source, members)
+
+
+def test_a_job_first_met_waits_for_its_restore_and_keeps_its_place_in_the_partition() -> None:
+    """The worker restores a job first met in a thread and reads on meanwhile: the job's
+    messages wait, in order, and a later message of their partition, stored first, is
+    not acknowledged before them."""
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    _held(state, data[:4])  # step 0 of job j
+    state.on_message(99, b"not a batch", Source("ops", 0, 99, b"j", time.time_ns()))
+    assert state.snapshot()["recalls_waiting"] == 1 and state.snapshot()["recall_held"] == 4
+    assert state.release(state.flush()) == []  # the dead letter is stored, and waits
+    [(job, ticket)] = state.take_recalls()
+    assert state.take_recalls() == []  # one restore a job
+    first = state.recall_subject(job, ticket)
+    assert first is not None and first.token == 0
+    found = state.look_up(job, (first.batch.dp_size, first.batch.pp_size), None)
+    assert state.recalled(job, ticket, found)
+    assert state.pipeline.knows("j") and state.snapshot()["restored_jobs"] == 1
+    assert state.snapshot()["recalls_waiting"] == 0 and state.snapshot()["recall_held"] == 0
+    assert sorted(state.release(state.flush())) == [0, 1, 2, 3, 99]
+    _held(state, data[4:8])  # known now: taken at once
+    assert state.snapshot()["recalls_waiting"] == 0
+    assert sorted(state.release(state.flush())) == [4, 5, 6, 7]
+    assert state.snapshot()["steps_analysed"] == 2
+
+
+def test_a_restore_answering_after_its_partition_was_revoked_changes_nothing() -> None:
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    _held(state, data[:4])
+    [(job, ticket)] = state.take_recalls()
+    found = state.look_up(job, (2, 2), None)
+    state.forget_held({("ops", 0)})
+    assert not state.recalled(job, ticket, found) and state.recall_subject(job, ticket) is None
+    assert not state.pipeline.knows("j") and state.snapshot()["recall_held"] == 0
+    assert state.release(state.flush()) == []  # read again by the partition's next owner
+
+
+def test_a_restore_held_too_long_stops_the_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_state, "MAX_HELD_MESSAGES", 3)
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    _held(state, data[:2])
+    assert not state.held_full
+    _held(state, data[2:3])
+    assert state.held_full  # the agent reads nothing more until the restore answers
+    [(job, ticket)] = state.take_recalls()
+    assert state.recalled(job, ticket, state.look_up(job, (2, 2), None))
+    assert not state.held_full
