@@ -17,6 +17,7 @@ the drift of the anchor (host clock against GPU clock) over the run.
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -419,8 +420,105 @@ def drift_study(seconds: float, every: float, reanchor_at: float) -> dict[str, A
     return {"rate_ppm": round((timer.rate - 1) * 1e6, 3), "drift_us": out}
 
 
+def busy_anchor_study(seconds: float, every: float = 5.0, depth: int = 3) -> dict[str, Any]:
+    """The anchor where the device is never idle: a loop that never waits for it keeps
+    ``depth`` steps of spinning kernels (4 of ~10 ms a step) queued, so every step end
+    finds ops pending. One timer times the ops and renews its anchor at its step ends
+    (10 s, then every 30 s); another, made at the same moment, never renews (as the
+    timer did before it anchored on its own stream). Every ``every`` s a probe event on
+    a third, idle stream: its host time by each timer's anchor, less the host clock read
+    as it completed. Also: how long each renewal kept the host waiting, and the ops'
+    records (all there, in order, none overlapping, durations alike)
+    (``python3 benchmarks/check_cuda_timer.py --busy-anchor 90``)."""
+    ident = Identity(job="gpu-check", host="gpu", rank=0, dp_rank=0, pp_rank=0)
+    rw = RankWatch(ident, SinkTransport(lambda kind, value: None), start=False)
+    timer = CudaTimer(rw, torch.cuda, anchor_every_s=30.0)
+    frozen = CudaTimer(
+        RankWatch(ident, SinkTransport(lambda kind, value: None), start=False),
+        torch.cuda,
+        anchor_every_s=1e9,
+        first_anchor_s=1e9,
+    )
+    probe_stream = torch.cuda.Stream()
+    began, next_probe, step, records = time.monotonic(), every, 0, []
+    waits, probes, marks = [], [], []
+    while time.monotonic() - began < seconds:
+        if len(marks) >= depth:
+            marks.pop(0).synchronize()  # the queue stays `depth` steps deep, never empty
+        anchored = timer._anchor_raw
+        rw.step_begin(step)
+        for mb in range(4):
+            with timer.op("forward-compute", mb=mb):
+                torch.cuda._sleep(20_000_000)
+        rw.step_end()
+        if timer._anchor_raw != anchored:
+            at = round(time.monotonic() - began, 1)
+            waits.append((at, len(timer.pending), timer.anchor_wait_ns / 1000))
+        marks.append(torch.cuda.Event())
+        marks[-1].record()
+        records += rw.buffer.take()[0]
+        step += 1
+        if time.monotonic() - began >= next_probe:
+            next_probe += every
+            at = round(time.monotonic() - began, 1)
+            probes.append((at, *_probe_us(probe_stream, timer, frozen)))
+    torch.cuda.synchronize()
+    timer.collect(reanchor=False)  # the last steps' ops, before close sends them away
+    records += rw.buffer.take()[0]
+    rw.close()
+    first = min(r[6] for r in records)
+    return {
+        "steps": step,
+        "rate_ppm": round((timer.rate - 1) * 1e6, 3),
+        "renewals_s_pending_wait_us": waits,
+        "probe_s_renewed_frozen_window_us": probes,
+        "records": _records_check(records, 4 * step, first),
+    }
+
+
+def _probe_us(stream: Any, *timers: CudaTimer) -> list[float]:
+    """An event on idle ``stream``: its host time by each timer, less the host clock
+    read once it completed (µs each), then how long that took (µs)."""
+    clock = timers[0].rw.clock
+    event = torch.cuda.Event(enable_timing=True)
+    t0 = clock.read()
+    event.record(stream)
+    event.synchronize()
+    host = clock.read()
+    return [round((t.host_ns(event) - host) / 1000, 1) for t in timers] + [(host - t0) / 1000]
+
+
+def _records_check(records: list[Any], expected: int, origin: int) -> dict[str, Any]:
+    """Whether every op is recorded, in order on the stream, none overlapping the next
+    by more than 5 µs (each overlap: when, s after ``origin``, and by how many µs), and
+    the durations off their median by more than 5% (s, ms)."""
+    spans = sorted((r[6], r[6] + r[7]) for r in records)
+    durations = sorted(r[7] for r in records)
+    median = durations[len(durations) // 2] if durations else 0
+    overlaps = [
+        (round((b[0] - origin) / 1e9, 2), round((a[1] - b[0]) / 1000, 1))
+        for a, b in itertools.pairwise(spans)
+        if a[1] > b[0] + 5_000
+    ]
+    odd = [
+        (round((start - origin) / 1e9, 2), round((end - start) / 1e6, 3))
+        for start, end in spans
+        if abs(end - start - median) > 0.05 * median
+    ]
+    return {
+        "recorded": len(records),
+        "expected": expected,
+        "overlapping": overlaps,
+        "median_ms": round(median / 1e6, 3),
+        "durations_off_5pct": odd,
+    }
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--drift":
         print(json.dumps(drift_study(float(sys.argv[2]), every=5.0, reanchor_at=10.0)))
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "--busy-anchor":
+        print(json.dumps(busy_anchor_study(float(sys.argv[2]))))
         sys.exit(0)
     sys.exit(main())

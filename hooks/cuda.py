@@ -4,15 +4,16 @@ The training thread only records two events per op (asynchronous, no sync);
 :meth:`CudaTimer.collect` (a collector of the ``RankWatch``: called at each step end,
 never blocking) turns the events that completed into records: an event's host time is
 the anchor's host time plus the GPU time elapsed since the anchor event, scaled by the
-rate of the host's clock against the device's. The anchor is an event recorded on an
-idle device right after a synchronize, so it completes when the host reads its clock;
-it is renewed at a step end with nothing pending, ``first_anchor_s`` after the first
-and then every ``anchor_every_s``, and two anchors give the rate. The two clocks
-parted at 21 µs a second on an H100 and 12.5 on an H200, steadily: 1.3 ms by a 60-s
-renewal without the rate; with it, within 15 µs over 90 s on the H200
-(``benchmarks/README.md``, "Hooks"). A loop whose step ends always find ops pending
-never renews its anchor and never measures the rate: its times drift as before, and
-``elapsed_time`` (float32 ms) loses resolution as the anchor ages (0.25 ms an hour on).
+rate of the host's clock against the device's. The anchor is an event recorded on a
+stream of the timer's own, which nothing else uses: it runs as soon as it is recorded,
+however deep the training stream's queue, so the host waits for that event alone and
+reads its clock as it completes. It is renewed at a step end, ``first_anchor_s`` after
+the first and then every ``anchor_every_s``, ops pending or not, and two anchors give
+the rate. The two clocks parted at 21 µs a second on an H100 and 12.5 on an H200,
+steadily: 1.3 ms by a 60-s renewal without the rate; with it, within 15 µs over 90 s
+on the H200 (``benchmarks/README.md``, "Hooks"). Anchored instead on the training
+stream after a synchronize (a ``cuda`` without ``Stream``), renewal waits for a step end
+with nothing pending, which a loop that never waits for the device never has.
 
 Ops still running on the device when their step ends (a loop with no synchronize)
 hold the step's end back (``RankWatch.holds``) until they are recorded, at a later
@@ -23,11 +24,12 @@ Each op's issue latency (GPU start minus the CPU time of its launch) goes into i
 step's notes (a held step's too, until its end is released): a healthy distribution is
 smooth, GC pauses and stray synchronisations make it jump (docs/detection.md, section 3).
 
-torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``
-and ``synchronize``). CI has no GPU, so the unit tests drive it with stand-in events;
-``benchmarks/check_cuda_timer.py`` checks it on a real one (durations against torch's
-own events, anchoring against host clock readings, ``collect`` not waiting, the current
-stream followed), run on an NVIDIA H200 and an H100 on 2026-11-26 (``benchmarks/README.md``,
+torch is not imported: pass the ``torch.cuda`` module (or anything with ``Event``,
+``synchronize`` and, for the anchor's own stream, ``Stream``). CI has no GPU, so the
+unit tests drive it with stand-in events; ``benchmarks/check_cuda_timer.py`` checks it
+on a real one (durations against torch's own events, anchoring against host clock
+readings, ``collect`` not waiting, the current stream followed, the anchor renewed
+while the device is busy), run on NVIDIA H200 and H100 machines (``benchmarks/README.md``,
 "Hooks").
 """
 
@@ -103,6 +105,11 @@ class CudaTimer:
         self.rate_measured = False
         self._anchor_event: Any = None
         self._anchor_raw = 0
+        self.anchor_wait_ns = 0
+        """How long the latest anchor kept the host waiting: its event's record to the
+        clock read after it completed (the bound on the anchor's error)."""
+        make_stream = getattr(cuda, "Stream", None)
+        self._anchor_stream: Any = make_stream() if make_stream is not None else None
         self.pending: deque[tuple[_GpuOp, int, int, Any, Any, int]] = deque()
         self._open: list[tuple[_GpuOp, int, int, Any, int]] = []
         self.anchor()
@@ -115,13 +122,20 @@ class CudaTimer:
         return self._free.pop() if self._free else self.cuda.Event(enable_timing=True)
 
     def anchor(self) -> None:
-        """Tie GPU time to the host clock (synchronises the device: call it rarely); from
-        the second on, also measure the rate of the one against the other."""
-        self.cuda.synchronize()
+        """Tie GPU time to the host clock; from the second on, also measure the rate of
+        the one against the other. On the anchor's own stream it waits for its event
+        alone; without one, for the whole device (a synchronize)."""
         event = self.cuda.Event(enable_timing=True)
-        event.record()
+        if self._anchor_stream is None:
+            self.cuda.synchronize()
+            began = self.rw.clock.read()
+            event.record()
+        else:
+            began = self.rw.clock.read()
+            event.record(self._anchor_stream)
         event.synchronize()
         raw = self.rw.clock.read()
+        self.anchor_wait_ns = raw - began
         if self._anchor_event is not None:
             device_ns = self._anchor_event.elapsed_time(event) * _MS
             rate = (raw - self._anchor_raw) / device_ns if device_ns > 0 else 0.0
@@ -156,11 +170,11 @@ class CudaTimer:
     def collect(self, reanchor: bool = True) -> int:
         """Record every timed op whose end event completed, in order; never blocks.
 
-        Returns how many are still pending. Re-anchors (a synchronize: only at a step
-        end, ``reanchor``) when the anchor is old and nothing is pending (the anchor
-        event must stay valid for pending ops); a loop that always has ops pending at
-        its step ends keeps its first anchor and rate. Step ends that waited for the ops
-        recorded are released (``RankWatch.release_ends``).
+        Returns how many are still pending. Re-anchors (only at a step end,
+        ``reanchor``) when the anchor is old: on the anchor's own stream whether or not
+        ops are pending (their events are then read against the new anchor), without
+        one only when nothing is (a synchronize would wait for them). Step ends that
+        waited for the ops recorded are released (``RankWatch.release_ends``).
         """
         emitted = 0
         while self.pending:
@@ -178,7 +192,8 @@ class CudaTimer:
         if emitted and self.rw.ends_held:
             self.rw.release_ends()
         every = self.anchor_every_ns if self.rate_measured else self.first_anchor_ns
-        if reanchor and not self.pending and self.rw.clock.read() - self._anchor_raw > every:
+        may = self._anchor_stream is not None or not self.pending
+        if reanchor and may and self.rw.clock.read() - self._anchor_raw > every:
             self.anchor()
         return len(self.pending)
 

@@ -32,10 +32,10 @@ class FakeCuda:
                 self.n = 0
                 cuda.made += 1
 
-            def record(self) -> None:
+            def record(self, stream: Any = None) -> None:
                 cuda.gpu_ms += 2.0
                 cuda.recorded += 1
-                self.t, self.n = cuda.gpu_ms, cuda.recorded
+                self.t, self.n, self.stream = cuda.gpu_ms, cuda.recorded, stream
 
             def synchronize(self) -> None:
                 pass
@@ -47,9 +47,17 @@ class FakeCuda:
                 return float(other.t - self.t)
 
         self.Event = Event
+        self.device_syncs = 0
 
     def synchronize(self) -> None:
-        pass
+        self.device_syncs += 1
+
+
+class StreamedCuda(FakeCuda):
+    """With ``Stream``: the timer anchors on a stream of its own."""
+
+    def Stream(self) -> str:  # torch.cuda's name
+        return "anchor's stream"
 
 
 def _tracker(clock: Clock | None = None) -> RankWatch:
@@ -145,6 +153,44 @@ def test_a_rate_far_from_one_is_taken_for_a_bad_reading() -> None:
     cuda.gpu_ms += 10_000.0
     timer.anchor()
     assert not timer.rate_measured and timer.rate == 1.0
+
+
+def test_on_its_own_stream_the_anchor_is_renewed_with_ops_pending() -> None:
+    """A loop that never waits for the device has ops pending at every step end: the
+    anchor, on a stream nothing else uses, is renewed all the same, waits for no
+    training op (no synchronize), and the pending op's times are read against it."""
+    cuda = StreamedCuda()
+    ppm = 100.0
+    rw = _tracker(Clock(read=lambda: round(cuda.gpu_ms * 1e6 * (1 + ppm * 1e-6)), wall=lambda: 0))
+    timer = CudaTimer(rw, cuda)
+    assert cuda.device_syncs == 0 and timer._anchor_event.stream == "anchor's stream"
+    rw.step_begin(0)
+    with timer.op("forward-compute", mb=0):  # its events at 4 and 6 ms
+        pass
+    cuda.done = cuda.recorded - 1  # its end event has not run yet
+    cuda.gpu_ms += 11_000.0
+    assert timer.collect() == 1  # 11 s on: renewed, the op still pending
+    assert timer.rate_measured and abs(timer.rate - 1.0001) < 1e-9 and cuda.device_syncs == 0
+    cuda.done = 10**9
+    assert timer.collect() == 0
+    start = int(rw.buffer.take()[0][-1][6] - rw.clock.shift_ns)
+    assert abs(start - round(4.0 * 1e6 * 1.0001)) <= 2  # before the new anchor: still right
+
+
+def test_without_its_own_stream_the_anchor_waits_for_a_step_end_with_nothing_pending() -> None:
+    _, cuda, timer = _drifting(0.0)
+    first = timer._anchor_raw
+    rw = timer.rw
+    rw.step_begin(0)
+    with timer.op("forward-compute", mb=0):
+        pass
+    cuda.done = cuda.recorded - 1
+    cuda.gpu_ms += 11_000.0
+    syncs = cuda.device_syncs
+    assert timer.collect() == 1 and timer._anchor_raw == first  # a synchronize would wait
+    cuda.done = 10**9
+    assert timer.collect() == 0 and timer._anchor_raw > first
+    assert cuda.device_syncs == syncs + 1
 
 
 def test_the_first_renewal_comes_early_then_once_a_minute() -> None:
