@@ -119,6 +119,9 @@ class WorkerConfig:
     not one per step."""
     commit_interval_s: float = 1.0
     """How often stored offsets are committed."""
+    retire_after_s: float = 3600.0
+    """A job silent this long, with nothing of it open or unstored, is forgotten (restored
+    as a job first met if it speaks again)."""
     status_file: str = ""
     """Health file written every tick (empty: none); ``rankwatch worker --health``."""
     alert_slowdown: float = AlertConfig.fire_at
@@ -129,6 +132,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.store_gap_s < 0:
             raise ValueError("store_gap_s must be 0 or more")
+        if not self.retire_after_s > 0:
+            raise ValueError("retire_after_s must be above 0")
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_TICK_S": "worker.tick_s",
     "RANKWATCH_STORE_GAP_S": "worker.store_gap_s",
     "RANKWATCH_COMMIT_INTERVAL_S": "worker.commit_interval_s",
+    "RANKWATCH_RETIRE_AFTER_S": "worker.retire_after_s",
     "RANKWATCH_STATUS_FILE": "worker.status_file",
     "RANKWATCH_ALERT_SLOWDOWN": "worker.alert_slowdown",
     "RANKWATCH_ALERT_CLEAR": "worker.alert_clear",

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         tick_s=worker.tick_s,
         store_gap_s=worker.store_gap_s,
         commit_interval_s=worker.commit_interval_s,
+        retire_after_s=worker.retire_after_s,
         status_file=worker.status_file or None,
     )
     report = make_topics(config.kafka, topic_names(settings))

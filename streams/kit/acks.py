@@ -80,6 +80,10 @@ class AckTracker(Generic[T]):
         they wait for the next one, ahead of those settled since."""
         self._settled[:0] = tokens
 
+    def waits_for(self, job: str) -> bool:
+        """Whether a message of ``job`` waits for a step to close."""
+        return any(j == job for _, j, _ in self._tokens.values())
+
     def forget(self, drop: Callable[[str], bool]) -> None:
         """Forget the messages of jobs for which ``drop(job)`` (partition revoked): they
         are never acknowledged here, the next owner re-reads them."""

@@ -253,6 +253,11 @@ class StepAssembler:
             out += [self._close(name, job, s, partial=True) for s in list(job.open)]
         return out
 
+    def has_open(self, job: str) -> bool:
+        """Whether ``job`` has a step open."""
+        state = self._jobs.get(job)
+        return state is not None and bool(state.open)
+
     def open_steps(self) -> Iterator[tuple[str, int]]:
         for name, job in self._jobs.items():
             for step in job.open:

@@ -148,15 +148,19 @@ class JobBook:
 
     def unwritten(self) -> list[dict[str, Any]]:
         """Rows of every job that moved since its last row (at shutdown or end of replay)."""
-        rows = []
-        for job, seen in self._seen.items():
-            if seen.first_seen_ns is None:
-                continue
-            facts = seen.facts(job)
-            if self._written.get(job) != facts:
-                self._written[job] = facts
-                rows.append(facts.row())
-        return rows
+        rows = (self.unwritten_row(job) for job in self._seen)
+        return [row for row in rows if row is not None]
+
+    def unwritten_row(self, job: str) -> dict[str, Any] | None:
+        """``job``'s row if it moved since its last one (None: it did not, or unknown)."""
+        seen = self._seen.get(job)
+        if seen is None or seen.first_seen_ns is None:
+            return None
+        facts = seen.facts(job)
+        if self._written.get(job) == facts:
+            return None
+        self._written[job] = facts
+        return facts.row()
 
     def restore(self, job: str, first_seen_ns: int, hosts: frozenset[str]) -> None:
         """What the store holds for a job this process has not seen yet."""

@@ -279,6 +279,16 @@ class Pipeline:
             detector=self.slowdown.state(job) if self.slowdown is not None else None,
         )
 
+    def retire(self, job: str) -> Output:
+        """Drop a job that has gone silent (:meth:`forget`); the output holds its
+        ``jobs`` row if it moved since the last one, so the store has its last sight."""
+        out = Output()
+        row = self.jobs.unwritten_row(job)
+        if row is not None:
+            out.add("jobs", row)
+        self.forget(job)
+        return out
+
     def forget(self, job: str) -> None:
         """Drop a job's state (its partition was revoked from this worker)."""
         self.assembler.forget(job)

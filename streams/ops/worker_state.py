@@ -148,6 +148,12 @@ class WorkerSettings(ServiceSettings):
     """How often faust commits the acknowledged offsets (its default is 2.8 s). Only
     acknowledged (stored) offsets are ever committed; a shorter interval just lets the
     group's lag show what is stored sooner, and re-reads less after a crash."""
+    retire_after_s: float = 3600.0
+    """A job none of whose messages came for this long, with no step open and nothing
+    unstored or unsent, is forgotten (its ``jobs`` row written): its state is in its
+    jobstate message and the store, and a message of it that comes later restores it as
+    a job first met. Without it a worker running for weeks kept every job it ever saw:
+    its assembly, windows, detector and alert state (docs/sizing.md, "Costs and limits")."""
     store_gap_s: float = 0.1
     """Shortest time between two stores that closed steps ask for. A step that closes
     is stored, handed over and announced at once (:meth:`WorkerState.settle_in`), not
@@ -182,6 +188,8 @@ class WorkerCounters:
     """jobstate messages that could not be read back (the store is used instead)."""
     jobstates_too_large: int = 0
     """jobstate messages over ``JOBSTATE_MAX_BYTES``, not sent (docs/sizing.md)."""
+    retired_jobs: int = 0
+    """Jobs forgotten after ``retire_after_s`` of silence."""
 
 
 class WorkerState:
@@ -224,6 +232,8 @@ class WorkerState:
         """When the steps closed since the last store are due to be stored."""
         self.latest_lag_s: float | None = None
         """Age (broker timestamp to processing) of the latest message that had one."""
+        self.heard: dict[str, float] = {}
+        """job -> when (``delivery.clock``) its latest message was taken in."""
         self._held: Held[HeldMessage] = Held(limit=None)
         """Messages of jobs first met, waiting for their restores (:meth:`hold`)."""
         self._held_bytes = 0
@@ -448,12 +458,41 @@ class WorkerState:
             job = out.pending[0][0]
         if job:
             self.job_partitions[job] = (source.topic, source.partition)
+            if self.pipeline.knows(job):
+                self.heard[job] = self.delivery.clock()
         self._write(out)
         self.acks.received(token, job, out.pending)
 
     def on_tick(self) -> None:
-        """Close the steps whose grace period ran out."""
+        """Close the steps whose grace period ran out; forget the jobs gone silent."""
         self._write(self.pipeline.on_tick(time.time_ns()))
+        self._retire_silent()
+
+    def _retire_silent(self) -> None:
+        """Forget each job none of whose messages came for ``retire_after_s``, once it
+        has no step open, no message waiting, no state unsent and no store running: its
+        latest jobstate message and the store hold all of it, and a message of it that
+        comes later restores it as a job first met. Its ``jobs`` row is written."""
+        if self.delivery.flying:
+            return
+        now = self.delivery.clock()
+        for job, last in list(self.heard.items()):
+            if now - last < self.settings.retire_after_s or not self._quiet(job):
+                continue
+            self._write(self.pipeline.retire(job))
+            del self.heard[job]
+            self.job_partitions.pop(job, None)
+            self.counters.retired_jobs += 1
+            log.info("job %s silent for %.0f s: forgotten until it speaks again", job, now - last)
+
+    def _quiet(self, job: str) -> bool:
+        """Whether nothing of ``job`` is open, waiting or unsent."""
+        return not (
+            job in self.changed
+            or job in self._held
+            or self.pipeline.assembler.has_open(job)
+            or self.acks.waits_for(job)
+        )
 
     def _write(self, out: Output) -> None:
         self.delivery.write(out)
@@ -527,6 +566,7 @@ class WorkerState:
         for job in gone:
             self.pipeline.forget(job)
             del self.job_partitions[job]
+            self.heard.pop(job, None)
         self.acks.forget(lambda job: job in gone)
         self.changed -= gone
         # faust rebalances eagerly: every partition is revoked, and read again from its

@@ -88,6 +88,7 @@ def test_each_setting_says_where_it_came_from(tmp_path: Path) -> None:
         ({"RANKWATCH_WINDOW": "2.5"}, "window must be int"),
         ({"RANKWATCH_TICK_S": "soon"}, "tick_s must be float"),
         ({"RANKWATCH_STORE_GAP_S": "-0.1"}, "store_gap_s must be 0 or more"),
+        ({"RANKWATCH_RETIRE_AFTER_S": "0"}, "retire_after_s must be above 0"),
         ({"RANKWATCH_STORE_TIMEOUT_S": "0"}, "timeout_s must be above 0"),
     ],
 )

@@ -357,3 +357,48 @@ def test_a_restore_held_too_long_stops_the_reading(monkeypatch: pytest.MonkeyPat
     [(job, ticket)] = state.take_recalls()
     assert state.recalled(job, ticket, state.look_up(job, (2, 2), None))
     assert not state.held_full
+
+
+def test_a_job_silent_for_retire_after_s_is_forgotten_then_restored_when_it_speaks() -> None:
+    """A worker that runs for weeks must not keep every job it ever saw. A job silent
+    for ``retire_after_s`` with nothing open, waiting or unsent is forgotten (its jobs
+    row written); when it speaks again it is restored as a job first met, and goes on
+    where it stopped: its next steps' rows are those of an uninterrupted run."""
+    store = MemoryStore()
+    now = [0.0]
+    state = WorkerState(
+        WorkerSettings(bootstrap="-", dsn="-", retire_after_s=600.0), connect=lambda: store
+    )  # type: ignore[arg-type, return-value]
+    state.delivery.clock = lambda: now[0]
+    data = list(enumerate(messages()))
+    consume(state, data[:14])  # steps 0-2 closed, step 3 open (two of its batches)
+    state.release(state.flush())
+    state.handed_over(state.handover(), ok=True)
+    now[0] = 601.0
+    state.on_tick()
+    assert state.pipeline.knows("j")  # step 3 is open: not quiet
+    consume(state, data[14:16])  # step 3 closes
+    state.release(state.flush())
+    [(_, _, saved)] = handed = state.handover()
+    state.handed_over(handed, ok=True)
+    now[0] = 1_000.0
+    state.on_tick()
+    assert state.pipeline.knows("j")  # heard at 601 s: not silent long enough
+    now[0] = 1_202.0
+    state.on_tick()
+    assert not state.pipeline.knows("j") and state.snapshot()["retired_jobs"] == 1
+    assert "j" not in state.job_partitions and state.flush() == []
+    assert [r["job"] for r in store.rows["jobs"]][-1] == "j"
+    batch = first_batch(state.decode(data[16][1]))  # it speaks again: restored from
+    assert state.needs_restore(batch) and state.restore(batch, saved)  # its jobstate
+    consume(state, data[16:])
+    state.flush()
+    assert state.snapshot()["restored_jobs"] == 2
+    assert sorted(r["step"] for r in store.rows["steps"]) == list(range(6))  # each once
+    reference = MemoryStore()
+    uninterrupted = _state(reference)
+    consume(uninterrupted, data)
+    uninterrupted.flush()
+    for name in ("t_ideal", "slowdown", "t_sim"):
+        got = {r["step"]: r[name] for r in store.rows["steps"]}
+        assert got == {r["step"]: r[name] for r in reference.rows["steps"]}, name
