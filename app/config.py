@@ -173,12 +173,17 @@ class MinderWorkerConfig:
     is not the default)."""
     model: str = ""
     """MODEL.npz from ``rankwatch minder train`` (empty: no denoising, default order)."""
+    retire_after_s: float = 3600.0
+    """A job whose metrics stopped this long ago is forgotten (recalled from its latest
+    snapshot if they come again)."""
     status_file: str = ""
     """Health file written every tick (empty: none); ``rankwatch worker --health``."""
 
     def __post_init__(self) -> None:
         if self.scoring not in ("residual", "pairwise"):
             raise ValueError("scoring must be one of residual, pairwise")
+        if not self.retire_after_s > 0:
+            raise ValueError("retire_after_s must be above 0")
 
 
 @dataclass(frozen=True)

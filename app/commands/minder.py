@@ -319,6 +319,7 @@ def _worker(args: argparse.Namespace) -> int:
     settings = MinderSettings(
         **service_settings(config, "-minder"),
         status_file=minder.status_file or None,
+        retire_after_s=minder.retire_after_s,
         online=OnlineConfig(
             window_s=minder.window_s,
             stride_s=minder.window_s,

@@ -49,3 +49,9 @@ class ServiceSettings:
     status_file: str | None = None
     """Where the worker writes its health (JSON) every tick; ``rankwatch worker --health
     FILE`` checks it (any worker's)."""
+    retire_after_s: float = 3600.0
+    """A job none of whose messages came for this long, with nothing of it open or
+    unstored, is forgotten: the store (and, for the ops worker, its jobstate message)
+    holds its state, and a message of it that comes later brings it back as a job first
+    met. No message says a job ended; without this a worker running for weeks kept every
+    job it ever saw (docs/sizing.md, "Jobs that end"). The ops and Minder workers."""

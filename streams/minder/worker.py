@@ -160,6 +160,7 @@ class MinderState:
         """job -> end of the window its recalled snapshot was taken at: messages up to
         it are in that snapshot, or were not needed by it."""
         self.restored_jobs = 0
+        self.retired_jobs = 0
         self.messages_in = 0
         self.topics: dict[str, int] = {}
         """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
@@ -282,6 +283,7 @@ class MinderState:
                 self._snapshot(job, monitor, out)
             self.delivery.write(out)
         self._release_idle()
+        self._retire_silent()
 
     def take_settled(self) -> list[Token]:
         """The messages the buffered rows settle. Take them right before a flush begins,
@@ -306,6 +308,7 @@ class MinderState:
             "jobs": len(self.monitors),
             "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
             "restored_jobs": self.restored_jobs,
+            "retired_jobs": self.retired_jobs,
             "recalls_waiting": len(self._held),
             "recall_held": self._held.total,
             "acks_waiting": sum(len(w) for w in self.unacked.values()),
@@ -322,13 +325,30 @@ class MinderState:
         meanwhile, and its tokens belong to reads the consumer has given up."""
         gone = [job for job, tp in self.job_partitions.items() if tp in revoked]
         for job in gone:
-            del self.job_partitions[job]
-            self.monitors.pop(job, None)
-            self.unacked.pop(job, None)
-            self.covered_ns.pop(job, None)
-            self.heard.pop(job, None)
-            self._held.forget(job)  # its recall, if running, changes nothing
+            self._forget(job)
         self.order.forget(revoked)
+
+    def _forget(self, job: str) -> None:
+        self.job_partitions.pop(job, None)
+        self.monitors.pop(job, None)
+        self.unacked.pop(job, None)
+        self.covered_ns.pop(job, None)
+        self.heard.pop(job, None)
+        self._held.forget(job)  # its recall, if running, changes nothing
+
+    def _retire_silent(self) -> None:
+        """Forget each job none of whose messages came for ``retire_after_s``, once all
+        of them are settled: its latest snapshot is in the store (or buffered for it),
+        and a sample of it that comes later recalls it as a job first met."""
+        now = self.clock()
+        for job, last in list(self.heard.items()):
+            if now - last < self.settings.retire_after_s:
+                continue
+            if self.unacked.get(job) or job in self._held:
+                continue
+            self._forget(job)
+            self.retired_jobs += 1
+            log.info("job %s silent for %.0f s: forgotten until it speaks again", job, now - last)
 
     def take_acks(self) -> list[Token]:
         """The tokens to acknowledge now, in read order per partition."""

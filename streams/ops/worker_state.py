@@ -148,12 +148,6 @@ class WorkerSettings(ServiceSettings):
     """How often faust commits the acknowledged offsets (its default is 2.8 s). Only
     acknowledged (stored) offsets are ever committed; a shorter interval just lets the
     group's lag show what is stored sooner, and re-reads less after a crash."""
-    retire_after_s: float = 3600.0
-    """A job none of whose messages came for this long, with no step open and nothing
-    unstored or unsent, is forgotten (its ``jobs`` row written): its state is in its
-    jobstate message and the store, and a message of it that comes later restores it as
-    a job first met. Without it a worker running for weeks kept every job it ever saw:
-    its assembly, windows, detector and alert state (docs/sizing.md, "Costs and limits")."""
     store_gap_s: float = 0.1
     """Shortest time between two stores that closed steps ask for. A step that closes
     is stored, handed over and announced at once (:meth:`WorkerState.settle_in`), not

@@ -204,3 +204,30 @@ def test_past_max_held_the_worker_stops_reading_rather_than_drop_a_sample(
     assert state.restored_jobs == 0 and monitor.late == 0 and monitor.newest_ns == T0 + 2 * NS
     assert state.delivery.snapshot()["held_messages"] == 0  # the refused one is not sent
     assert [t for t, _ in state.unacked["j"]] == [0, 1, 2]
+
+
+def test_a_job_silent_for_retire_after_s_is_forgotten_and_recalled_when_it_speaks() -> None:
+    """No message says a job ended: a job whose metrics stopped ``retire_after_s`` ago
+    is forgotten once its messages are settled (a worker running for weeks would keep
+    every monitor it ever made, and evaluate each every tick); when its metrics come
+    again it is recalled from its latest stored snapshot."""
+    now = [0.0]
+    settings = MinderSettings(
+        "b", "chdb://unused", online=OnlineConfig(window_s=10, stride_s=10), retire_after_s=600.0
+    )
+    store = SnapshotStore()
+    state = MinderState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
+    feed(state, range(0, 23))
+    assert state.on_tick()
+    now[0] += 500.0
+    assert state.on_tick() and set(state.monitors) == {"j"}  # silent, not long enough
+    now[0] += 101.0
+    assert state.on_tick()
+    assert state.monitors == {} and state.snapshot()["retired_jobs"] == 1
+    assert "j" not in state.job_partitions and "j" not in state.heard
+    acks = state.take_acks()
+    assert sorted(acks) == [(s, h) for s in range(23) for h in range(4)]  # all settled
+    feed(state, range(23, 25))  # it speaks again
+    state.recall_waiting()
+    assert set(state.monitors) == {"j"} and state.restored_jobs == 1
+    assert state.snapshot()["jobs"] == 1
