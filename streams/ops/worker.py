@@ -9,8 +9,10 @@ since the previous store allows (:meth:`WorkerState.settle_in`). A timer closes 
 whose grace period ran out, asks for a store of the buffer and writes the health file.
 A task of its own runs the stores (acknowledging and publishing what they stored), with
 the inserts in a thread, while the agent reads on (docs/architecture.md, "Delivery").
-All logic is in :mod:`~rankwatch.streams.ops.worker_state` and the pure core; this
-module moves bytes.
+A job first met is restored in a task of its own, its store read in a thread, its
+messages held meanwhile, in order, while the agent reads the other jobs' on. All logic
+is in :mod:`~rankwatch.streams.ops.worker_state` and the pure core; this module moves
+bytes.
 """
 
 from __future__ import annotations

@@ -7,16 +7,19 @@ ops worker's own rules:
 
 - a message is acknowledged (its offset may be committed) only once everything it fed
   is stored (:mod:`rankwatch.streams.kit.acks`);
-- a job met for the first time is restored first, from the newer of its ``jobstate``
-  message (what the worker that owned it before handed over: :mod:`~.handover`) and the
-  store (:mod:`~.recovery`): its stored steps count as late, its windows and open alert
+- a job met for the first time is restored first (its messages held meanwhile:
+  :meth:`WorkerState.hold`), from the newer of its ``jobstate`` message (what the
+  worker that owned it before handed over: :mod:`~.handover`) and the store
+  (:mod:`~.recovery`): its stored steps count as late, its windows and open alert
   come back, and its latest alert state is announced again; restored from the message,
   it also takes from the store the batches of its open steps stored after the message
   was sent (their messages are read again: acknowledged only once their step closes);
 - after each flush, the ``jobstate`` message of every job the flush changed is sent
   (:meth:`WorkerState.handover`) before the messages that fed it are acknowledged, so a
   committed offset never runs ahead of the state the next owner restores from
-  (docs/sizing.md, "Moving jobs between workers").
+  (docs/sizing.md, "Moving jobs between workers");
+- a job silent for ``retire_after_s`` with nothing of it open is forgotten, and
+  restored like any job first met if it speaks again (docs/sizing.md, "Jobs that end").
 """
 
 from __future__ import annotations

@@ -150,13 +150,7 @@ def test_a_slow_server_holds_one_store_not_the_reading(
         kafka_broker, tmp_path, artifacts_dir, parts[0]
     )
     try:
-        server.hang_inserts(10, 1)
-        publish(kafka_broker, parts[1], topic=topic)
-        deadline = time.monotonic() + 30
-        while server.hangs_left() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        held_at = time.monotonic()
-        assert server.hangs_left() == 0, "no insert reached the server"
+        held_at = _hold_an_insert(kafka_broker, topic, server, parts[1])
         publish(kafka_broker, parts[2], topic=topic)
         status = worker.wait_for(
             lambda s: s.get("messages_in", 0) == len(batches), 7, "reading while it waits"
@@ -192,10 +186,7 @@ def test_a_job_first_met_during_a_slow_store_waits_alone(
         kafka_broker, tmp_path, artifacts_dir, parts[0]
     )
     try:
-        server.hang_inserts(10, 1)
-        publish(kafka_broker, parts[1], topic=topic)
-        until(lambda: server.hangs_left() == 0, 30, "an insert held")
-        held_at = time.monotonic()
+        held_at = _hold_an_insert(kafka_broker, topic, server, parts[1])
         publish(kafka_broker, newcomer, topic=topic)
         publish(kafka_broker, parts[2], topic=topic)
         status = worker.wait_for(
@@ -212,6 +203,17 @@ def test_a_job_first_met_during_a_slow_store_waits_alone(
         server.stop()
     assert sorted((r["job"], r["step"]) for r in rows) == sorted(expected)  # each once
     assert_same_numbers(rows, expected)
+
+
+def _hold_an_insert(
+    kafka_broker: str, topic: str, server: ChdbHttp, part: list[ReplayedBatch]
+) -> float:
+    """Publish ``part`` with the server set to hold the next insert 10 s; when
+    (``time.monotonic``) the insert was held, at the latest."""
+    server.hang_inserts(10, 1)
+    publish(kafka_broker, part, topic=topic)
+    until(lambda: server.hangs_left() == 0, 30, "an insert held")
+    return time.monotonic()
 
 
 def _jobs(steps: int) -> tuple[list[ReplayedBatch], dict[tuple[str, int], dict[str, Any]]]:
