@@ -102,6 +102,19 @@ class Held(Generic[T]):
         self.total -= len(waiting.items)
         return waiting.items
 
+    def take(self, job: str, ticket: int, n: int) -> list[T] | None:
+        """Up to ``n`` of what ``job`` held, oldest first, for recall ``ticket`` (None:
+        stale). The job stays held, and holds what comes meanwhile, until it is empty:
+        a worker can take its items in parts, the event loop free in between."""
+        waiting = self._jobs.get(job)
+        if waiting is None or waiting.ticket != ticket:
+            return None
+        out = [waiting.items.popleft() for _ in range(min(n, len(waiting.items)))]
+        self.total -= len(out)
+        if not waiting.items:
+            del self._jobs[job]
+        return out
+
     def forget(self, job: str) -> deque[T]:
         """Drop what ``job`` holds (its partition was revoked): its recall is stale.
         Returns what it held."""

@@ -44,6 +44,9 @@ __all__ = ["WorkerSettings", "WorkerState", "build_app"]
 
 log = logging.getLogger("rankwatch.worker")
 
+TAKE_AT_ONCE = 256
+"""Held messages a restored job's task takes between two turns of the event loop."""
+
 
 def topic_names(settings: WorkerSettings) -> list[str]:
     """The topics the ops worker reads (first) and writes."""
@@ -155,12 +158,20 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         while state.recall_subject(job, ticket) is not None:
             async with settling:
                 found = await look_up(job, layout, saved)
-                if found is not None and state.recalled(job, ticket, found):
+                if found is not None and state.restore_held(job, ticket, found):
                     break
             # the store backs off, or refused for good (said in the log): ask again later
             await asyncio.sleep(min(max(state.delivery.retry_in(), 1.0), 5.0))
-        if state.settle_in() is not None:
-            wanted.set()
+        more = True
+        while more:  # in parts, the event loop free in between (up to 10,000 wait)
+            more = state.take_held(job, ticket, TAKE_AT_ONCE)
+            if state.settle_in() is not None:
+                wanted.set()
+            while state.full:  # back-pressure, as in the agent
+                await settle()
+                if state.full:
+                    await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
+            await asyncio.sleep(0)
 
     async def look_up(
         job: str, layout: tuple[int, int], saved: bytes | None

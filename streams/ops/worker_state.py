@@ -344,12 +344,21 @@ class WorkerState:
         return self._held.first(job) if self._held.current(job, ticket) else None
 
     def recalled(self, job: str, ticket: int, found: Recollection) -> bool:
-        """Restore ``job`` from ``found``, then take the messages it held, in the order
-        they came. False, changing nothing, when restore ``ticket`` is stale (the job's
-        partitions were revoked meanwhile: their messages are read again)."""
-        first = self._held.first(job)
-        held = self._held.answered(job, ticket)
-        if held is None or first is None:
+        """:meth:`restore_held`, then take every message the job held (here and now:
+        the worker takes them in parts, :meth:`take_held`)."""
+        if not self.restore_held(job, ticket, found):
+            return False
+        while self.take_held(job, ticket, MAX_HELD_MESSAGES):
+            pass
+        return True
+
+    def restore_held(self, job: str, ticket: int, found: Recollection) -> bool:
+        """Restore ``job`` from ``found``; its messages stay held, and hold what comes
+        meanwhile, until :meth:`take_held` has taken them all. False, changing nothing,
+        when restore ``ticket`` is stale (the job's partitions were revoked meanwhile:
+        their messages are read again)."""
+        first = self.recall_subject(job, ticket)
+        if first is None:
             return False
         batch = first.batch
         try:
@@ -357,10 +366,18 @@ class WorkerState:
         except Exception:  # a history this code cannot use: the job starts afresh, logged
             log.exception("job %s: its restored history could not be used", job)
             self.pipeline.forget(job)
-        for message in held:
+        # its partition, now: a revocation before its messages are taken forgets it
+        self.job_partitions[job] = (first.source.topic, first.source.partition)
+        return True
+
+    def take_held(self, job: str, ticket: int, limit: int) -> bool:
+        """Take up to ``limit`` of the messages ``job`` held, in the order they came,
+        once :meth:`restore_held` restored it; True while more wait."""
+        taken = self._held.take(job, ticket, limit)
+        for message in taken or ():
             self._held_bytes -= len(message.value)
             self._take_in(message.token, message.value, message.source, message.members)
-        return True
+        return taken is not None and job in self._held
 
     def forget_held(self, revoked: set[tuple[str, int]]) -> None:
         """Drop the messages held for restores of jobs read from ``revoked`` partitions

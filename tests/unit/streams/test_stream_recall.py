@@ -63,6 +63,19 @@ def test_a_waiting_jobs_first_item_and_current_ticket_are_known_until_it_answers
     assert list(held.forget(job)) == []
 
 
+def test_a_job_taken_in_parts_stays_held_until_empty() -> None:
+    held: Held[int] = Held(limit=None)
+    for i in range(3):
+        held.hold("j", i)
+    ((job, ticket),) = held.take_new()
+    assert held.take(job, ticket + 1, 2) is None  # stale
+    assert held.take(job, ticket, 2) == [0, 1] and "j" in held and held.total == 1
+    held.hold("j", 3)  # comes meanwhile: behind what is left, no new recall
+    assert held.take_new() == []
+    assert held.take(job, ticket, 5) == [2, 3] and "j" not in held and held.total == 0
+    assert held.take(job, ticket, 5) is None
+
+
 def test_a_job_forgotten_before_its_recall_started_asks_for_none() -> None:
     held: Held[str] = Held(limit=10)
     held.hold("j", "x")

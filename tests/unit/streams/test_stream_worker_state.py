@@ -402,3 +402,31 @@ def test_a_job_silent_for_retire_after_s_is_forgotten_then_restored_when_it_spea
     for name in ("t_ideal", "slowdown", "t_sim"):
         got = {r["step"]: r[name] for r in store.rows["steps"]}
         assert got == {r["step"]: r[name] for r in reference.rows["steps"]}, name
+
+
+def test_a_restored_jobs_held_messages_are_taken_in_parts_and_in_order() -> None:
+    """The worker takes a restored job's held messages a few at a time, the event loop
+    free in between: what comes meanwhile is held behind them, not taken ahead."""
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    _held(state, data[:4])
+    [(job, ticket)] = state.take_recalls()
+    assert state.restore_held(job, ticket, state.look_up(job, (2, 2), None))
+    assert state.take_held(job, ticket, 3)  # one of step 0's four waits
+    assert state.snapshot()["steps_analysed"] == 0
+    _held(state, data[4:8])  # read meanwhile: held behind it
+    assert state.snapshot()["recall_held"] == 5
+    assert not state.take_held(job, ticket, 100)  # all taken: the job is no longer held
+    assert state.snapshot()["steps_analysed"] == 2 and state.snapshot()["recall_held"] == 0
+    assert sorted(state.release(state.flush())) == list(range(8))
+
+
+def test_a_revocation_between_restore_and_taking_forgets_the_restored_job() -> None:
+    state = _state(MemoryStore())
+    data = list(enumerate(messages()))
+    _held(state, data[:4])
+    [(job, ticket)] = state.take_recalls()
+    assert state.restore_held(job, ticket, state.look_up(job, (2, 2), None))
+    state.forget_partitions({("ops", 0)})
+    assert not state.take_held(job, ticket, 100) and not state.pipeline.knows("j")
+    assert state.release(state.flush()) == []
