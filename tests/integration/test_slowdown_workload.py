@@ -11,6 +11,7 @@ store.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -65,7 +66,14 @@ def test_a_throttled_rank_is_diagnosed_from_the_stored_signals(tmp_path: Path) -
         text=True,
         check=True,
     ).stdout
-    assert "cause: straggler compute (flops-drop on rank 1)" in shown
+    # The verdict names every rank that had a flops-drop episode open at any step. Rank
+    # 1's is the injected fault; on an oversubscribed CI box (4 ranks and a test beside
+    # them on 2 cores) another rank's FLOP/s can really fall for a few steps too, as it
+    # did once (2026-11-27: "ranks 1,3", the alert naming rank 1 alone). Margins are the
+    # study's business; this test's is that the stored signals give the verdict.
+    verdict = re.search(r"cause: straggler compute \(flops-drop on ranks? ([\d,]+)\)", shown)
+    assert verdict is not None, shown
+    assert 1 in [int(r) for r in verdict.group(1).split(",")], shown
 
 
 def _closing_message(rank: int, step: int, flops: float) -> bytes:
