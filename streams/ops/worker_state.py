@@ -320,9 +320,10 @@ class WorkerState:
 
     def hold(self, message: HeldMessage) -> None:
         """Read a message of a job whose restore has not answered: it waits, in order,
-        for :meth:`recalled`. It takes its place in its partition's acknowledgements
-        now, so no later message of the partition is committed past it. A job's first
-        message asks for its restore (:meth:`take_recalls`)."""
+        for :meth:`restore_held` and :meth:`take_held`. It takes its place in its
+        partition's acknowledgements now, so no later message of the partition is
+        committed past it. A job's first message asks for its restore
+        (:meth:`take_recalls`)."""
         self.counters.messages_in += 1
         self.order.received(message.token, (message.source.topic, message.source.partition))
         self._held.hold(message.batch.job, message)
@@ -335,22 +336,14 @@ class WorkerState:
 
     def take_recalls(self) -> list[tuple[str, int]]:
         """(job, ticket) of the restores to start: :meth:`recall_subject`, read its
-        jobstate message, :meth:`look_up` in a thread, then :meth:`recalled`."""
+        jobstate message, :meth:`look_up` in a thread, then :meth:`restore_held` and
+        :meth:`take_held`."""
         return self._held.take_new()
 
     def recall_subject(self, job: str, ticket: int) -> HeldMessage | None:
         """The first message ``job`` holds for restore ``ticket`` (None: the restore is
         stale, its job forgotten since)."""
         return self._held.first(job) if self._held.current(job, ticket) else None
-
-    def recalled(self, job: str, ticket: int, found: Recollection) -> bool:
-        """:meth:`restore_held`, then take every message the job held (here and now:
-        the worker takes them in parts, :meth:`take_held`)."""
-        if not self.restore_held(job, ticket, found):
-            return False
-        while self.take_held(job, ticket, MAX_HELD_MESSAGES):
-            pass
-        return True
 
     def restore_held(self, job: str, ticket: int, found: Recollection) -> bool:
         """Restore ``job`` from ``found``; its messages stay held, and hold what comes

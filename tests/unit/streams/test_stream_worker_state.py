@@ -19,6 +19,7 @@ from rankwatch.streams.kit.output import Source
 from rankwatch.streams.ops import recovery, worker_state
 from rankwatch.streams.ops.worker_state import (
     HeldMessage,
+    Recollection,
     WorkerSettings,
     WorkerState,
     first_batch,
@@ -309,6 +310,15 @@ def _held(state: WorkerState, items: list[tuple[int, bytes]], partition: int = 0
             state.on_message(offset, value, source, members)
 
 
+def _recalled(state: WorkerState, job: str, ticket: int, found: Recollection) -> bool:
+    """Restore ``job`` and take every message it held, as the worker does in parts."""
+    if not state.restore_held(job, ticket, found):
+        return False
+    while state.take_held(job, ticket, 100):
+        pass
+    return True
+
+
 def test_a_job_first_met_waits_for_its_restore_and_keeps_its_place_in_the_partition() -> None:
     """The worker restores a job first met in a thread and reads on meanwhile: the job's
     messages wait, in order, and a later message of their partition, stored first, is
@@ -324,7 +334,7 @@ def test_a_job_first_met_waits_for_its_restore_and_keeps_its_place_in_the_partit
     first = state.recall_subject(job, ticket)
     assert first is not None and first.token == 0
     found = state.look_up(job, (first.batch.dp_size, first.batch.pp_size), None)
-    assert state.recalled(job, ticket, found)
+    assert _recalled(state, job, ticket, found)
     assert state.pipeline.knows("j") and state.snapshot()["restored_jobs"] == 1
     assert state.snapshot()["recalls_waiting"] == 0 and state.snapshot()["recall_held"] == 0
     assert sorted(state.release(state.flush())) == [0, 1, 2, 3, 99]
@@ -341,7 +351,7 @@ def test_a_restore_answering_after_its_partition_was_revoked_changes_nothing() -
     [(job, ticket)] = state.take_recalls()
     found = state.look_up(job, (2, 2), None)
     state.forget_held({("ops", 0)})
-    assert not state.recalled(job, ticket, found) and state.recall_subject(job, ticket) is None
+    assert not _recalled(state, job, ticket, found) and state.recall_subject(job, ticket) is None
     assert not state.pipeline.knows("j") and state.snapshot()["recall_held"] == 0
     assert state.release(state.flush()) == []  # read again by the partition's next owner
 
@@ -355,7 +365,7 @@ def test_a_restore_held_too_long_stops_the_reading(monkeypatch: pytest.MonkeyPat
     _held(state, data[2:3])
     assert state.held_full  # the agent reads nothing more until the restore answers
     [(job, ticket)] = state.take_recalls()
-    assert state.recalled(job, ticket, state.look_up(job, (2, 2), None))
+    assert _recalled(state, job, ticket, state.look_up(job, (2, 2), None))
     assert not state.held_full
 
 
