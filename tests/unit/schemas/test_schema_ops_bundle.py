@@ -4,13 +4,16 @@ had come alone, one bad member costs only itself, a bad envelope refuses the who
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rankwatch.schemas import bundle, frame
+from rankwatch.schemas import columns as cols
 from rankwatch.schemas.codec import (
     InvalidMessage,
     decode_ops,
@@ -37,13 +40,74 @@ def same(a: OpBatch, b: OpBatch) -> bool:
 
 
 def test_members_decode_as_they_would_alone_as_views_of_the_bundle() -> None:
-    members = frames()
+    members = frames(4)  # ranks 1 and 3 send the extra columns (strings), 0 and 2 do not
     data = encode_ops_bundle(members)
     got = decode_ops_members(data)
-    assert len(got) == 3
+    assert len(got) == 4
     for (_, batch), alone in zip(got, members, strict=True):
         assert isinstance(batch, OpBatch) and same(batch, decode_ops(alone))
+        assert not batch.start_ns.flags.writeable  # checked once: must not change after
         assert np.shares_memory(batch.start_ns, np.frombuffer(data, dtype=np.uint8))
+
+
+def test_alike_members_cost_one_check_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Numpy's cost is per call: 4 frames of one plan are checked as one, each of its
+    runs once (a run: the columns of one dtype and one set of rules)."""
+    calls: list[int] = []
+    check_run = cols.check_run
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return check_run(*args)
+
+    monkeypatch.setattr(cols, "check_run", counted)
+    alike = [encode_ops(example_batch(5, rank=i)) for i in range(4)]
+    decode_ops(alike[0])
+    runs = len(calls)
+    calls.clear()
+    got = decode_ops_members(encode_ops_bundle(alike))
+    assert all(isinstance(b, OpBatch) for _, b in got) and len(calls) == runs
+
+
+def _frame_with(rank: int, steps_done: object = None, **column: list[int]) -> bytes:
+    """A frame of ``example_batch(3, rank=rank)`` with ``column`` replaced (unchecked)."""
+    good = encode_ops(example_batch(3, rank=rank))
+    head, _ = frame.split(good)
+    header = orjson.loads(head)
+    if steps_done is not None:
+        header["steps_done"] = steps_done
+    lay = frame.layout(3)
+    batch = decode_ops(good)
+    blocks = {
+        name: np.asarray(column.get(name, getattr(batch, name))).astype(lay.dtypes[name])
+        for name in batch.columns()
+    }
+    return frame.pack(orjson.dumps(header), blocks, lay)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"optype": [0, 99, 0]},
+        {"duration_ns": [1, 2, -3]},
+        {"mb_id": [0, -2, 0]},
+        {"step": [3, -1, 3]},
+        {"steps_done": [{"step": 3, "n_ops": 3.0}]},  # found after the columns' check
+    ],
+)
+def test_a_fault_found_together_is_named_as_alone(bad: dict[str, object]) -> None:
+    """Alike members are checked as one; the fault must still be its member's alone, with
+    the record it names counted in that member, and cost the others nothing."""
+    members = [_frame_with(0), _frame_with(1, **bad), _frame_with(2)]  # type: ignore[arg-type]
+    with pytest.raises(InvalidMessage) as alone:
+        decode_ops(members[1])
+    got = decode_ops_members(encode_ops_bundle(members))
+    refused = got[1][1]
+    assert isinstance(refused, InvalidMessage)
+    assert (refused.reason, refused.detail) == (alone.value.reason, alone.value.detail)
+    for i in (0, 2):
+        batch = got[i][1]
+        assert isinstance(batch, OpBatch) and same(batch, decode_ops(members[i]))
 
 
 def test_a_message_alone_is_its_only_member() -> None:
