@@ -102,6 +102,9 @@ class Pipeline:
             if isinstance(got, InvalidMessage):
                 return self._dead_letter(data, source, now_ns, got.reason, got.detail)
             return self.on_batch(got, data, source, now_ns)
+        together = self._take_together(members, source, now_ns)
+        if together is not None:
+            return together
         out, refused = Output(), []
         job = _bundle_job(members, source.key)
         for i, (_, decoded) in enumerate(members):
@@ -125,6 +128,34 @@ class Pipeline:
             detail = "; ".join(f"bundle member {i} of {n}: {d}" for i, _, d, _ in refused)
             named = next((j for *_, j in refused if j), "")
             out.extend(self._letter(data, source, now_ns, refused[0][1], detail, named))
+        return out
+
+    def _take_together(
+        self, members: Sequence[Member], source: Source, now_ns: int
+    ) -> Output | None:
+        """A bundle whose members are all batches of one step of a job met before, each
+        passing its identity check, from distinct ranks: taken as one
+        (:meth:`StepAssembler.add_together`), with the result of one at a time. None,
+        having changed nothing, for any other bundle."""
+        batches = [got for _, got in members if isinstance(got, OpBatch)]
+        job = _bundle_job(members, source.key)
+        if len(batches) < len(members) or len({b.rank for b in batches}) < len(batches):
+            return None  # distinct ranks: no member can fix another's coordinates
+        if any(b.job != job or self.identity.check(b, source.key) for b in batches):
+            return None
+        added = self.assembler.add_together(batches, now_ns)
+        if added is None:
+            return None
+        for batch in batches:
+            self.identity.accept(batch)
+            self.jobs.observe(batch)
+            self._keep_rank_steps(batch, added.late)
+        out = self._rows_for(added.closed, now_ns)
+        out.pending = tuple((job, step) for step in added.pending)
+        if self.keep_ops:
+            out.ops.extend(b for b in batches if not self._stored_before(b))
+            for batch in batches if added.pending else ():
+                self._note_stored(batch, added.pending)
         return out
 
     def on_batch(self, batch: OpBatch, data: bytes, source: Source, now_ns: int) -> Output:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.memstore import MemoryStore
 
 from rankwatch.schemas.batching import BatchingRule, Bundler, RelayRule
@@ -74,9 +77,9 @@ def test_the_relay_timeline_keeps_every_batch_once_each_host_apart() -> None:
     assert [m.sent_ns for m in relayed] == sorted(m.sent_ns for m in relayed)
 
 
-def pipeline() -> Pipeline:
+def pipeline(**assembly: Any) -> Pipeline:
     return Pipeline(
-        assembly=AssemblyConfig(grace_s=1e9),
+        assembly=AssemblyConfig(grace_s=1e9, **assembly),
         analyser=WhatIfAnalyser(),
         alerts=StragglerAlerts(),
         keep_ops=True,
@@ -156,3 +159,101 @@ def test_records_of_a_bundle_are_views_of_its_bytes() -> None:
     out = p.on_message(data, Source("ops", 0, 0, b"j"), 0)
     whole = np.frombuffer(data, dtype=np.uint8)
     assert out.ops and all(np.shares_memory(b.start_ns, whole) for b in out.ops)
+
+
+def _as_sent(out: Output) -> dict:
+    """Everything a call's output says, comparable."""
+    return {
+        "rows": out.rows,
+        "steps": [(s.job, s.step, s.partial) for s in out.steps],
+        "pending": out.pending,
+        "ops": [(b.rank, b.batch_seq, len(b)) for b in out.ops],
+        "letters": [(d.reason, d.detail) for d in out.dead_letters],
+    }
+
+
+def _pool() -> tuple[list[bytes], list[list[int]], dict[tuple[int, int], int]]:
+    """Frames of a DP 2 x PP 2 job on 2 hosts (a step's 4 frames in 2 bundles), then one
+    of another job, a broken one, and step 0's four sent again under new batch numbers
+    (a restarted process's); the natural bundles (host and step); (step, rank) -> frame."""
+    batches = [b.batch for b in small_job(hosts_of=2)]
+    frames = [encode_ops(b) for b in batches]
+    frames += [encode_ops(dataclasses.replace(batches[0], job="k")), frames[1][:-8]]
+    again = sorted((b for b in batches if b.step_span[0] == 0), key=lambda b: b.rank)
+    frames += [encode_ops(dataclasses.replace(b, batch_seq=b.batch_seq + 1000)) for b in again]
+    where = {(b.step_span[0], b.rank): i for i, b in enumerate(batches)}
+    hosts = dict.fromkeys((step, rank // 2) for step, rank in where)
+    natural = [[i for (s, r), i in where.items() if (s, r // 2) == key] for key in hosts]
+    return frames, natural, where
+
+
+def _agree(frames: list[bytes], messages: list[list[int]]) -> tuple[int, Pipeline]:
+    """Feed ``messages`` (lists of frame indices) to a pipeline and to one that takes
+    every bundle a member at a time; assert they say the same, call by call. Returns
+    how many bundles were taken as one, and the second pipeline."""
+    fast, slow = pipeline(max_open_steps=3), pipeline(max_open_steps=3)  # some evicted
+    slow.assembler.add_together = lambda *_: None  # type: ignore[method-assign]
+    taken = [0]
+    together = fast.assembler.add_together
+
+    def counted(*args: object) -> object:
+        added = together(*args)  # type: ignore[arg-type]
+        taken[0] += added is not None
+        return added
+
+    fast.assembler.add_together = counted  # type: ignore[method-assign]
+    for i, members in enumerate(messages):
+        parts = [frames[m] for m in members]
+        data = encode_ops_bundle(parts) if len(parts) > 1 else parts[0]
+        source = Source("ops", 0, i, b"j")
+        said = _as_sent(fast.on_message(data, source, i))
+        assert said == _as_sent(slow.on_message(data, source, i))
+    assert _as_sent(fast.flush(99)) == _as_sent(slow.flush(99))
+    assert fast.assembler.counters == slow.assembler.counters
+    assert fast.dead_letter_reasons == slow.dead_letter_reasons
+    assert fast.identity.coordinates("j") == slow.identity.coordinates("j")
+    return taken[0], slow
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    order=st.permutations(range(10)),
+    extra=st.lists(
+        st.tuples(
+            st.integers(0, 12),
+            st.one_of(
+                st.lists(st.integers(0, 25), min_size=1, max_size=5),
+                st.sampled_from([[22, 23], [24, 25]]),  # step 0 sent again, new batch_seq
+            ),
+        ),
+        max_size=6,
+    ),
+)
+def test_a_bundle_taken_as_one_gives_what_its_members_one_at_a_time_give(
+    order: list[int], extra: list[tuple[int, list[int]]]
+) -> None:
+    """The host's bundle fast path (``StepAssembler.add_together``) against the members
+    taken one at a time, message by message: steps out of order, bundles sent again,
+    mixed steps, repeated frames, a frame of another job, a broken one, and step 0's
+    batches sent again under new batch numbers."""
+    frames, natural, _ = _pool()
+    messages = [natural[i] for i in order]
+    for at, members in extra:
+        messages.insert(at, members)
+    _agree(frames, messages)
+
+
+def test_a_hosts_bundles_are_taken_as_one_all_but_a_jobs_first() -> None:
+    frames, natural, _ = _pool()
+    taken, slow = _agree(frames, natural)
+    assert taken == len(natural) - 1 and slow.steps_analysed == 5
+
+
+def test_a_member_after_the_one_that_closes_its_step_is_late_as_alone() -> None:
+    """Rank 1 completes step 0; rank 0, done with it already, sends it again (a new
+    batch number): one at a time, that comes after the step closed and is late."""
+    frames, _, where = _pool()
+    step0 = [where[0, r] for r in range(4)]
+    messages = [[step0[2], step0[3]], [step0[0]], [step0[1], 22]]  # 22: rank 0 again
+    _, slow = _agree(frames, messages)
+    assert slow.assembler.counters.late_batches == 1
