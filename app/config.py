@@ -150,12 +150,17 @@ class HangWorkerConfig:
     offset_reset: str = "latest"
     """Where a new consumer group starts: ``latest`` (heartbeats are about now) or
     ``earliest``."""
+    retire_after_s: float = 3600.0
+    """A job none of whose ranks beat this long is forgotten (recalled from the store,
+    its open episode included, if it beats again)."""
     status_file: str = ""
     """Health file written every tick (empty: none); ``rankwatch worker --health``."""
 
     def __post_init__(self) -> None:
         if self.offset_reset not in ("latest", "earliest"):
             raise ValueError("offset_reset must be one of latest, earliest")
+        if not self.retire_after_s > 0:
+            raise ValueError("retire_after_s must be above 0")
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,7 @@ def run_worker(args: argparse.Namespace) -> int:
         status_file=hang.status_file or None,
         tick_s=hang.tick_s,
         offset_reset=hang.offset_reset,
+        retire_after_s=hang.retire_after_s,
         hang=HangConfig(k=hang.k, floor_s=hang.floor_s, silent_after_s=hang.silent_after_s),
     )
     prefix = settings.topic_prefix

@@ -102,6 +102,10 @@ class HangState:
         """Topic -> partitions, as made or found at start (:mod:`~rankwatch.streams.kit.topics`)."""
         self.restored_episodes = 0
         self.reannounced = 0
+        self.retired_jobs = 0
+        """Jobs forgotten after ``retire_after_s`` of silence."""
+        self.heard: dict[str, int] = {}
+        """job -> when its latest heartbeat came"""
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
         self._held: Held[tuple[dict[str, Any], int]] = Held(MAX_HELD)
@@ -119,6 +123,7 @@ class HangState:
             return
         job = message["job"]
         self.job_partitions[job] = (source.topic, source.partition)
+        self.heard[job] = now
         if self.service.detector.knows(job) and job not in self._held:
             self.service.detector.observe(message, now)
             return
@@ -171,11 +176,15 @@ class HangState:
         the new set, so a revocation alone says nothing)."""
         gone = [job for job, tp in self.job_partitions.items() if tp not in assigned]
         for job in gone:
-            del self.job_partitions[job]
-            self.service.forget(job)
+            self._forget(job)
             self._held.forget(job)
-            self._baselines.pop(job, None)
         return gone
+
+    def _forget(self, job: str) -> None:
+        self.job_partitions.pop(job, None)
+        self.heard.pop(job, None)
+        self.service.forget(job)
+        self._baselines.pop(job, None)
 
     def on_stacks(self, value: bytes, source: Source) -> None:
         self.messages_in += 1
@@ -190,6 +199,7 @@ class HangState:
             "open_episodes": len(self.service.detector.episodes()),
             "restored_episodes": self.restored_episodes,
             "reannounced_alerts": self.reannounced,
+            "retired_jobs": self.retired_jobs,
             "recalls_waiting": len(self._held),
             "held_dropped": self._held.dropped,
             **self.delivery.snapshot(),
@@ -207,6 +217,7 @@ class HangState:
         self.delivery.write(self.service.on_tick(self.clock()))
         self.delivery.write(self._snapshots())
         self._prune()
+        self._retire_silent()
 
     def _prune(self) -> None:
         """Forget the partitions and baselines of jobs the detector dropped (they
@@ -215,7 +226,28 @@ class HangState:
         self.job_partitions = {
             j: tp for j, tp in self.job_partitions.items() if known(j) or j in self._held
         }
+        self.heard = {j: at for j, at in self.heard.items() if known(j) or j in self._held}
         self._baselines = {j: b for j, b in self._baselines.items() if known(j)}
+
+    def _retire_silent(self) -> None:
+        """Forget each job none of whose ranks beat for ``retire_after_s`` (killed, or
+        ended without a "finished" heartbeat), once its rows are stored and its latest
+        step times snapshotted: a heartbeat of it that comes later recalls it as a job
+        first met, its open episode included, which resolves when a rank progresses. A
+        silent job's episode stays as stored: nothing says the job recovered."""
+        if self.delivery.pending:
+            return
+        now, detector = self.clock(), self.service.detector
+        for job, last in list(self.heard.items()):
+            if now - last < self.settings.retire_after_s * NS or job in self._held:
+                continue
+            if self._baselines.get(job, ((), 0))[0] != tuple(detector.step_times(job)):
+                continue  # its snapshot is due: written at the next tick, then retired
+            self._forget(job)
+            self.retired_jobs += 1
+            log.info(
+                "job %s silent for %.0f s: forgotten until it beats again", job, (now - last) / NS
+            )
 
     def _recall(self, job: str, found: Recollection | None) -> tuple[Episode | None, list[float]]:
         """The job's open episode and step times as stored; its unsent alert states

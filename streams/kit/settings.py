@@ -54,4 +54,4 @@ class ServiceSettings:
     unstored, is forgotten: the store (and, for the ops worker, its jobstate message)
     holds its state, and a message of it that comes later brings it back as a job first
     met. No message says a job ended; without this a worker running for weeks kept every
-    job it ever saw (docs/sizing.md, "Jobs that end"). The ops and Minder workers."""
+    job it ever saw (docs/sizing.md, "Jobs that end"). Every worker."""

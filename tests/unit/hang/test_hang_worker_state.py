@@ -224,3 +224,63 @@ def test_a_finished_job_leaves_no_partition_or_baseline_behind() -> None:
     assert state.job_partitions == {"j": ("p.heartbeats", 0)}
     state.on_tick()  # the detector drops a job whose ranks all finished
     assert state.job_partitions == {} and state._baselines == {}
+
+
+def test_a_job_silent_for_retire_after_s_is_forgotten_and_its_episode_recalled(
+    tmp_path: Path,
+) -> None:
+    """No heartbeat says a killed job ended: declared hung, then ``retire_after_s`` after
+    its last heartbeat, forgotten (its episode stays firing in the store). When it beats
+    again, making progress, the episode is recalled and resolves, not declared anew."""
+    settings = HangSettings(
+        "b",
+        f"chdb://{tmp_path / 'chdb'}",
+        retire_after_s=600.0,
+        hang=HangConfig(floor_s=4, silent_after_s=30),
+    )
+    now = [100 * NS]
+    src = Source("p.heartbeats", 0)
+    state = HangState(settings, clock=lambda: now[0])
+    for rank in (0, 1):
+        state.on_heartbeat(beat(rank, now[0]), src)
+    state.recall_waiting()
+    now[0] += 60 * NS
+    (fired,) = tick(state)
+    state.delivery.sent([fired])  # the broker took it: recorded as sent
+    assert state.delivery.flush()
+    now[0] = 100 * NS + 599 * NS
+    assert tick(state) == [] and state.service.detector.jobs() == ["j"]
+    now[0] += 2 * NS
+    assert tick(state) == [] and state.snapshot()["retired_jobs"] == 1
+    assert state.service.detector.jobs() == [] and state.job_partitions == {} == state.heard
+
+    state.on_heartbeat(stepping(0, 2, now[0]), src)
+    state.recall_waiting()
+    assert state.restored_episodes == 1 and state.reannounced == 0
+    (resolved,) = tick(state)
+    first, last = decode("alerts", fired.value), decode("alerts", resolved.value)
+    assert (first["state"], last["state"]) == ("firing", "resolved")
+    assert last["alert_id"] == first["alert_id"]
+
+
+def test_a_job_whose_rows_are_not_stored_is_not_retired() -> None:
+    """Retired before its episode is stored, a job beating again would find nothing in
+    the store and be declared hung a second time."""
+    settings = HangSettings(
+        "b", "chdb://unused", retire_after_s=600.0, hang=HangConfig(floor_s=4, silent_after_s=30)
+    )
+    now = [100 * NS]
+    store = MemoryStore(down=True)
+    state = HangState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
+    state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0))
+    state.recall_waiting()
+    now[0] += 60 * NS
+    assert tick(state) == []  # declared; the store is down
+    now[0] += 3600 * NS
+    assert tick(state) == [] and state.service.detector.jobs() == ["j"]
+    store.down = False
+    time.sleep(state.delivery.retry_in())
+    assert [p.kind for p in tick(state)] == ["alerts"]  # stored, then published...
+    assert state.service.detector.jobs() == ["j"]
+    tick(state)  # ...and forgotten at the next tick
+    assert state.service.detector.jobs() == [] and state.retired_jobs == 1
