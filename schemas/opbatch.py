@@ -87,14 +87,14 @@ class OpBatch:
     def columns(self) -> dict[str, np.ndarray]:
         """The columns that are present, by name (header fields left out)."""
         out = {}
-        for name in _COLUMN_NAMES:
+        for name in COLUMN_NAMES:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
         return out
 
 
-_COLUMN_NAMES: tuple[str, ...] = tuple(
+COLUMN_NAMES: tuple[str, ...] = tuple(
     f.name
     for f in fields(OpBatch)
     if f.name not in HEADER_FIELDS and f.name not in ("steps_done", "rank_steps")

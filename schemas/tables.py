@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy as np
 from rankwatch.schemas import columns as cols
 from rankwatch.schemas import ddl
 from rankwatch.schemas.frame import FRAME_FIELDS
-from rankwatch.schemas.opbatch import HEADER_FIELDS, OpBatch
+from rankwatch.schemas.opbatch import COLUMN_NAMES, HEADER_FIELDS, OpBatch
 from rankwatch.schemas.registry import latest_version, schema
 
 
@@ -142,21 +143,26 @@ def ops_columns(batches: Sequence[OpBatch]) -> dict[str, np.ndarray | list[Any] 
     """The ``ops`` table columns of some batches, named as the ops contract says: header
     fields repeated per record (strings as :class:`Repeated`), op types as their int8
     codes (the values of the table's Enum8, which the migrations declare from the same
-    vocabulary: no name per record), absent extras NULL."""
+    vocabulary: no name per record), absent extras NULL. A column is read from every
+    batch in one pass (a flush holds thousands of small batches: per batch and column,
+    Python's cost was most of this function's)."""
     contract = CONTRACTS["ops"]
     sizes = [len(b) for b in batches]
     out: dict[str, np.ndarray | list[Any] | Repeated] = {}
     for name in HEADER_FIELDS:
         if name not in contract.omitted:
-            values = [getattr(b, name) for b in batches]
+            values = list(map(attrgetter(name), batches))
             if all(isinstance(v, str) for v in values):
                 out[name] = _repeated(values, sizes)
             else:
                 out[name] = np.repeat(np.asarray(values, dtype=_dtype_of(values[0])), sizes)
-    present = dict.fromkeys(name for b in batches for name in b.columns())
-    for name in present:
-        parts = [_column_or_none(b, name) for b in batches]
-        out[contract.renames.get(name, name)] = _concat(parts)
+    for name in COLUMN_NAMES:
+        parts = list(map(attrgetter(name), batches))
+        if all(p is None for p in parts):
+            continue  # an extra no batch sent
+        out[contract.renames.get(name, name)] = _concat(
+            [[None] * n if p is None else p for p, n in zip(parts, sizes, strict=True)]
+        )
     return out
 
 
@@ -170,12 +176,10 @@ def _dtype_of(value: Any) -> type:
     return object if isinstance(value, str) else np.int64
 
 
-def _column_or_none(batch: OpBatch, name: str) -> np.ndarray | list[None]:
-    value = getattr(batch, name)
-    return [None] * len(batch) if value is None else value
-
-
 def _concat(parts: list[np.ndarray | list[None]]) -> np.ndarray | list[Any]:
-    if all(isinstance(p, np.ndarray) and p.dtype != object for p in parts):
-        return np.concatenate(parts)  # type: ignore[arg-type]
+    """Numbers as one array; strings and NULLs as one list (numpy makes an object array
+    of those, which the store would not take as it is)."""
+    joined = np.concatenate(parts)  # type: ignore[arg-type]
+    if joined.dtype != object:
+        return joined
     return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
