@@ -14,7 +14,7 @@ item rules; :func:`decode_ops` reads either form.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -181,25 +181,12 @@ def decode_ops_members(
     _check_size(data, max_bytes)
     if not isinstance(data, bytes):  # members are views: never of a changing buffer
         data = bytes(data)
-    members = bundle.split(data)
-    read: list[_Read | InvalidMessage] = []
-    for member in members:
-        try:
-            read.append(_read_frame(member, max_bytes))
-        except InvalidMessage as exc:
-            read.append(exc)
-    decoded = _checked_together(read)
     out: list[Member] = []
-    for i, (member, got) in enumerate(zip(members, read, strict=True)):
-        if i in decoded:
-            out.append((member, decoded[i]))
-        elif isinstance(got, InvalidMessage):
-            out.append((member, got))
-        else:
-            try:
-                out.append((member, got.batch(_checked_alone(got))))
-            except InvalidMessage as exc:
-                out.append((member, exc))
+    for member in bundle.split(data):
+        try:
+            out.append((member, _decode_frame(member, max_bytes)))
+        except InvalidMessage as exc:
+            out.append((member, exc))
     return out
 
 
@@ -387,30 +374,6 @@ def _checked_columns(batch: OpBatch, rules: _OpsRules) -> list[tuple[cols.Column
 
 
 def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBatch:
-    read = _read_frame(data, max_bytes)
-    return read.batch(_checked_alone(read))
-
-
-@dataclass(frozen=True)
-class _Read:
-    """A frame whose envelope and header are checked, its columns read but not yet."""
-
-    header: dict[str, Any]
-    fields: dict[str, Any]
-    """The header's scalar fields, as the batch holds them."""
-    how: _FramePlan
-    strings: dict[str, list[str]]
-    runs: list[np.ndarray]
-    """One (columns, records) array per run of ``how.plan``: views of the frame."""
-
-    def batch(self, columns: dict[str, Any]) -> OpBatch:
-        """The batch, from this frame's header and its ``columns`` once checked."""
-        steps_done = _steps_done(self.header)
-        rank_steps = tuple(self.header.get("rank_steps", ()))
-        return OpBatch(**self.fields, **columns, steps_done=steps_done, rank_steps=rank_steps)
-
-
-def _read_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> _Read:
     _check_size(data, max_bytes)
     if not _immutable(data):  # the columns are views of it: never of a buffer the caller
         data = bytes(data)  # may still change (Kafka hands over bytes, bundles views of them)
@@ -432,58 +395,11 @@ def _read_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> _Read:
         raise InvalidMessage("schema", f"$.strings: {unused} name no column sent")
     records = _whole(header["records"], "$.records")
     runs = frame.read_runs(data, start, records, how.plan, how.align)
-    return _Read(header, _header_fields(header), how, strings, runs)
-
-
-def _checked_alone(read: _Read) -> dict[str, Any]:
-    columns: dict[str, Any] = {}
-    for run, names, values in zip(read.how.plan.runs, read.how.names, read.runs, strict=True):
-        columns.update(zip(names, cols.check_run(run.specs, values, read.strings), strict=True))
-    return columns
-
-
-def _checked_together(
-    read: Sequence[_Read | InvalidMessage],
-) -> dict[int, OpBatch | InvalidMessage]:
-    """The batches of a bundle's members that share one frame plan and no string codes,
-    their columns checked as one run each: numpy's cost per call, not per item, was most
-    of decoding a small frame (4 runs of 39 records: 15 of 37 µs), and a host's relay
-    bundles frames alike. The columns stay views of their frames (the message is kept
-    until it is acknowledged: a copy would hold each record twice). A fault found
-    together is left to the members' own checks, which name the member and the record
-    at fault (they are then not in the result)."""
-    alike: dict[int, list[int]] = {}
-    for i, got in enumerate(read):
-        if isinstance(got, _Read) and not got.strings:
-            alike.setdefault(id(got.how), []).append(i)  # plans are cached: one object each
-    out: dict[int, OpBatch | InvalidMessage] = {}
-    for members in alike.values():
-        reads = [read[i] for i in members]
-        if len(reads) < 2 or not _check_together(reads):  # type: ignore[arg-type]
-            continue
-        for i, r in zip(members, reads, strict=True):
-            assert isinstance(r, _Read)
-            columns: dict[str, Any] = {}
-            for run, names, values in zip(r.how.plan.runs, r.how.names, r.runs, strict=True):
-                columns.update(zip(names, cols.run_columns(run.specs, values), strict=True))
-            try:
-                out[i] = r.batch(columns)
-            except InvalidMessage as exc:
-                out[i] = exc
-    return out
-
-
-def _check_together(reads: list[_Read]) -> bool:
-    """Whether every column of ``reads`` (one plan) keeps its rules: each run of all the
-    frames joined record-wise and checked once."""
-    how = reads[0].how
-    for j, run in enumerate(how.plan.runs):
-        joined = np.concatenate([r.runs[j] for r in reads], axis=1)
-        try:
-            cols.check_run(run.specs, joined, _NO_STRINGS)
-        except InvalidMessage:
-            return False
-    return True
+    read: dict[str, Any] = _header_fields(header)
+    for run, names, values in zip(how.plan.runs, how.names, runs, strict=True):
+        read.update(zip(names, cols.check_run(run.specs, values, strings), strict=True))
+    rank_steps = tuple(header.get("rank_steps", ()))
+    return OpBatch(**read, steps_done=_steps_done(header), rank_steps=rank_steps)
 
 
 def _immutable(data: bytes | bytearray | memoryview) -> bool:

@@ -322,19 +322,6 @@ def check_run(
     return list(run)
 
 
-def run_columns(specs: Sequence[ColumnSpec], run: np.ndarray) -> list[np.ndarray]:
-    """What :func:`check_run` returns for a run of plain or enum columns, without its
-    checks: for a run checked already (together with other frames' runs of the same
-    columns), whose columns must stay views of their frame."""
-    if specs[0].type == "string" and specs[0].enum is None:
-        raise ValueError("string codes are resolved by check_run alone")
-    if specs[0].enum is not None:
-        return [row.view(np.int8) for row in run]
-    if specs[0].type == "number":
-        return [row.astype(spec.dtype, copy=False) for spec, row in zip(specs, run, strict=True)]
-    return list(run)
-
-
 @cache
 def _unheld_bounds(spec: ColumnSpec, dtype: np.dtype[Any]) -> tuple[int | None, int | None]:
     """The bounds of ``spec`` that values of ``dtype`` can break (None: cannot)."""
