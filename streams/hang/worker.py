@@ -15,7 +15,8 @@ states that were stored but never recorded as sent are sent now (docs/detection.
 until it answers, then taken at the times they came; the other jobs' heartbeats are
 read on meanwhile. Done on the event loop, a lookup behind a slow insert (the store
 serves one request at a time) stopped every job's heartbeats, and the next tick found
-their ranks silent.
+their ranks silent. A job none of whose ranks beat for ``retire_after_s`` is forgotten
+the same way, to be recalled if it beats again (docs/sizing.md, "Jobs that end").
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class HangState:
         return gone
 
     def _forget(self, job: str) -> None:
+        """Drop what this worker holds of ``job`` (the store keeps its rows)."""
         self.job_partitions.pop(job, None)
         self.heard.pop(job, None)
         self.service.forget(job)
