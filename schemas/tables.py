@@ -179,7 +179,7 @@ def _dtype_of(value: Any) -> type:
 def _concat(parts: list[np.ndarray | list[None]]) -> np.ndarray | list[Any]:
     """Numbers as one array; strings and NULLs as one list (numpy makes an object array
     of those, which the store would not take as it is)."""
-    joined = np.concatenate(parts)  # type: ignore[arg-type]
+    joined: np.ndarray = np.concatenate(parts)  # type: ignore[arg-type]
     if joined.dtype != object:
         return joined
     return [v for p in parts for v in (p.tolist() if isinstance(p, np.ndarray) else p)]
