@@ -167,6 +167,11 @@ class HangDetector:
     def jobs(self) -> list[str]:
         return list(self._jobs)
 
+    def last_heard_ns(self, job: str) -> int | None:
+        """When the job's latest heartbeat came (None: none of its ranks beat yet)."""
+        ranks = self._jobs[job].ranks.values() if job in self._jobs else ()
+        return max((r.heard_ns for r in ranks), default=None)
+
     def episodes(self) -> list[Episode]:
         return [j.episode for j in self._jobs.values() if j.episode and j.episode.open]
 

@@ -105,8 +105,6 @@ class HangState:
         self.reannounced = 0
         self.retired_jobs = 0
         """Jobs forgotten after ``retire_after_s`` of silence."""
-        self.heard: dict[str, int] = {}
-        """job -> when its latest heartbeat came"""
         self._baselines: dict[str, tuple[tuple[float, ...], int]] = {}
         """job -> (step times last snapshotted, when)"""
         self._held: Held[tuple[dict[str, Any], int]] = Held(MAX_HELD)
@@ -124,7 +122,6 @@ class HangState:
             return
         job = message["job"]
         self.job_partitions[job] = (source.topic, source.partition)
-        self.heard[job] = now
         if self.service.detector.knows(job) and job not in self._held:
             self.service.detector.observe(message, now)
             return
@@ -184,7 +181,6 @@ class HangState:
     def _forget(self, job: str) -> None:
         """Drop what this worker holds of ``job`` (the store keeps its rows)."""
         self.job_partitions.pop(job, None)
-        self.heard.pop(job, None)
         self.service.forget(job)
         self._baselines.pop(job, None)
 
@@ -228,7 +224,6 @@ class HangState:
         self.job_partitions = {
             j: tp for j, tp in self.job_partitions.items() if known(j) or j in self._held
         }
-        self.heard = {j: at for j, at in self.heard.items() if known(j) or j in self._held}
         self._baselines = {j: b for j, b in self._baselines.items() if known(j)}
 
     def _retire_silent(self) -> None:
@@ -240,8 +235,11 @@ class HangState:
         if self.delivery.pending:
             return
         now, detector = self.clock(), self.service.detector
-        for job, last in list(self.heard.items()):
-            if now - last < self.settings.retire_after_s * NS or job in self._held:
+        for job in detector.jobs():
+            last = detector.last_heard_ns(job)
+            if last is None or now - last < self.settings.retire_after_s * NS:
+                continue
+            if job in self._held:
                 continue
             if self._baselines.get(job, ((), 0))[0] != tuple(detector.step_times(job)):
                 continue  # its snapshot is due: written at the next tick, then retired

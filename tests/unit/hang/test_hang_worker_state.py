@@ -252,7 +252,7 @@ def test_a_job_silent_for_retire_after_s_is_forgotten_and_its_episode_recalled(
     assert tick(state) == [] and state.service.detector.jobs() == ["j"]
     now[0] += 2 * NS
     assert tick(state) == [] and state.snapshot()["retired_jobs"] == 1
-    assert state.service.detector.jobs() == [] and state.job_partitions == {} == state.heard
+    assert state.service.detector.jobs() == [] and state.job_partitions == {}
 
     state.on_heartbeat(stepping(0, 2, now[0]), src)
     state.recall_waiting()
