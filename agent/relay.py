@@ -6,7 +6,8 @@ message per step. The ranks' hooks (``HooksConfig.relay``) hand those frames to 
 process over a Unix datagram socket; it gathers each job's frames by the relay rule
 (``schemas/batching.py``: ``RelayRule``, ``Bundler``) and sends each bundle to
 ``<prefix>.ops`` under the job's key, so the worker reads one message per host and
-moment, not one per rank.
+moment, not one per rank. A bundle's frames go joined when they can (``x-joined``:
+one set of column blocks, which the worker reads and checks once, not once a rank).
 
 Trust: a datagram is data. One whose header names no job (not a frame, a broken
 header) is sent alone under an empty key, for the worker to dead-letter with its
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch.schemas import bundle
+from rankwatch.schemas import bundle, joined
 from rankwatch.schemas.batching import Bundler, RelayRule
 
 Send = Callable[[list[tuple[bytes, bytes]]], None]
@@ -54,6 +55,8 @@ class RelayCounters:
     messages_sent: int = 0
     """Bundles and frames alone."""
     bundles_sent: int = 0
+    joined_sent: int = 0
+    """Of the bundles, those sent joined (``x-joined``, ``RelayRule.join``)."""
     unnamed: int = 0
     """Datagrams whose header names no job: sent alone, under an empty key."""
     truncated: int = 0
@@ -170,7 +173,7 @@ class Relay:
 
     def _queue(self, ready: list[tuple[str, list[bytes]]]) -> None:
         for job, frames in ready:
-            value = frames[0] if len(frames) == 1 else bundle.pack(frames)
+            value = joined.message(frames, self.rule.join)
             self._unsent.append(_Unsent(job.encode(), value, len(frames)))
 
     # -- out -----------------------------------------------------------------------------
@@ -190,6 +193,7 @@ class Relay:
             self.counters.messages_sent += 1
             self.counters.frames_sent += item.frames
             self.counters.bundles_sent += item.frames > 1
+            self.counters.joined_sent += joined.is_joined(item.value)
         self._unsent = []
 
 

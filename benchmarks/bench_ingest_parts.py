@@ -28,8 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rankwatch.schemas import joined
 from rankwatch.schemas.batching import BatchingRule, RelayRule
-from rankwatch.schemas.codec import OpBatch, decode_ops_members, encode_ops, encode_ops_bundle
+from rankwatch.schemas.codec import OpBatch, decode_ops_members, encode_ops
 from rankwatch.schemas.tables import ops_columns
 from rankwatch.streams.kit.output import Source
 from rankwatch.streams.ops.alerts import StragglerAlerts
@@ -43,7 +44,7 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "straggl
 FLUSH_BATCHES = 2000
 
 
-def messages(copies: int, relay_s: float) -> list[tuple[bytes, bytes]]:
+def messages(copies: int, relay_s: float, join: bool = True) -> list[tuple[bytes, bytes]]:
     """(key, value) of each message the hooks (through a relay per host) send."""
     trace, meta = read_trace(DATA / "trace-SE.parquet"), read_meta(DATA / "meta-SE.yaml")
     batches = replay_repeated(trace, meta, "bench", time.time_ns(), copies, BatchingRule(), 1.0)
@@ -51,9 +52,8 @@ def messages(copies: int, relay_s: float) -> list[tuple[bytes, bytes]]:
     if relay_s <= 0:
         return [(b.batch.job.encode(), frame) for b, frame in sent]
     out = []
-    for m in relay_timeline(sent, RelayRule(linger_s=relay_s)):
-        frames = list(m.frames)
-        out.append((m.job.encode(), frames[0] if len(frames) == 1 else encode_ops_bundle(frames)))
+    for m in relay_timeline(sent, RelayRule(linger_s=relay_s, join=join)):
+        out.append((m.job.encode(), joined.message(list(m.frames), join)))
     return out
 
 
@@ -91,11 +91,14 @@ def main() -> int:
     parser.add_argument("--relay-s", type=float, default=0.05)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-gc", action="store_true")
+    parser.add_argument(
+        "--no-join", action="store_true", help="bundles of whole frames (x-bundle), not joined"
+    )
     args = parser.parse_args()
     if not DATA.is_dir():
         print(f"skipped: {DATA} is absent")
         return 0
-    encoded = messages(args.copies, args.relay_s)
+    encoded = messages(args.copies, args.relay_s, join=not args.no_join)
     if args.no_gc:
         gc.disable()
     runs: dict[str, list[dict[str, float]]] = {"without what-if": [], "with what-if": []}
@@ -107,6 +110,7 @@ def main() -> int:
         "messages": n,
         "records_per_message": _records(encoded) / n,
         "collector": not args.no_gc,
+        "joined": not args.no_join,
     }
     for name, passes in runs.items():
         result[name] = {

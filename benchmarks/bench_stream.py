@@ -68,8 +68,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rankwatch.schemas import joined
 from rankwatch.schemas.batching import BatchingRule, RelayRule
-from rankwatch.schemas.codec import decode, encode_ops, encode_ops_bundle
+from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.sim import analyse
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.kit.output import Source
@@ -135,8 +136,8 @@ def _relayed(batches: list[ReplayedBatch]) -> list[Relayed]:
 
 
 def _value(message: Relayed) -> bytes:
-    frames = message.frames
-    return frames[0] if len(frames) == 1 else encode_ops_bundle(list(frames))
+    """What the relay sends (``RelayRule.join``: joined when the frames can be)."""
+    return joined.message(list(message.frames), RELAY is None or RELAY.join)
 
 
 def _encoded(batches: list[ReplayedBatch]) -> list[tuple[bytes, bytes]]:
@@ -570,6 +571,7 @@ def _job_shape(trace: Any, batches: list[ReplayedBatch], time_scale: float) -> d
         "ops_version": OPS_VERSION,
         "bytes_per_record": sum(len(_encode(b.batch)) for b in batches) / max(records, 1),
         "relay_s": RELAY.linger_s if RELAY is not None else 0.0,
+        "relay_join": RELAY is not None and RELAY.join,
         "relayed_messages": len(_relayed(batches)) if RELAY is not None else len(batches),
     }
 
@@ -650,6 +652,11 @@ def main() -> int:
         "send without one); shell and the Kafka cases",
     )
     parser.add_argument(
+        "--no-join",
+        action="store_true",
+        help="the relay sends bundles of whole frames (x-bundle), not joined (x-joined)",
+    )
+    parser.add_argument(
         "--tick-s",
         type=float,
         default=None,
@@ -682,7 +689,7 @@ def main() -> int:
     args = parser.parse_args()
     global OPS_VERSION, RELAY, SERVER
     OPS_VERSION = args.ops_version
-    RELAY = RelayRule(linger_s=args.relay_s) if args.relay_s > 0 else None
+    RELAY = RelayRule(linger_s=args.relay_s, join=not args.no_join) if args.relay_s > 0 else None
     cases = set(args.cases.split(","))
     if args.trace == "GEN":
         dp, pp, mb, steps = (int(v) for v in args.gen.lower().split("x"))

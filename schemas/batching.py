@@ -92,6 +92,10 @@ class RelayRule:
     buffers)."""
     max_members: int = 1024
     """Frames per bundle, at most (the schema allows more)."""
+    join: bool = True
+    """Send a bundle's frames joined (``x-joined``: one set of column blocks, read and
+    checked once) when they can be. Workers older than the joined layout refuse such a
+    message whole: upgrade the workers first, or set this False until then."""
 
 
 class Bundler:

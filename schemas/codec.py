@@ -13,6 +13,7 @@ item rules; :func:`decode_ops` reads either form.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from rankwatch.schemas import bundle, frame
+from rankwatch.schemas import bundle, frame, joined
 from rankwatch.schemas import columns as cols
 from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.fastcheck import Check, compile_check
@@ -168,11 +169,14 @@ Member = tuple[memoryview | bytes, OpBatch | InvalidMessage]
 def decode_ops_members(
     data: bytes | memoryview, *, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> list[Member]:
-    """Every op batch in a message: a bundle's members (``x-bundle`` of the ops schema),
-    each decoded on its own (one bad member does not cost the others), or the message
-    alone. A bundle must fit ``max_bytes`` and its envelope must be right, else it is
-    refused whole (raises :class:`InvalidMessage`). Which job the members may name is
-    the consumer's rule (the message's key: ``Pipeline.on_members``)."""
+    """Every op batch in a message: a bundle's members (``x-bundle`` or ``x-joined`` of
+    the ops schema), each checked as if it had come alone (one bad member does not cost
+    the others), or the message alone. A bundle must fit ``max_bytes`` and its envelope
+    must be right, else it is refused whole (raises :class:`InvalidMessage`). Which job
+    the members may name is the consumer's rule (the message's key: ``Pipeline.on_members``)."""
+    if joined.is_joined(data):
+        _check_size(data, max_bytes)
+        return _decode_joined(bytes(data) if not isinstance(data, bytes) else data)
     if not bundle.is_bundle(data):
         try:
             return [(data, decode_ops(data, max_bytes=max_bytes))]
@@ -188,6 +192,19 @@ def decode_ops_members(
         except InvalidMessage as exc:
             out.append((member, exc))
     return out
+
+
+def encode_ops_joined(frames: list[bytes], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """One joined bundle of ops frames (``x-joined``: each as ``encode_ops`` writes it,
+    all of one job, with the same optional columns)."""
+    data = joined.join(frames)
+    if data is None:
+        raise InvalidMessage(
+            "malformed-frame",
+            "only two or more whole frames of one version and one extra_columns are joined",
+        )
+    _check_size(data, max_bytes)
+    return data
 
 
 def encode_ops_bundle(frames: list[bytes], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
@@ -378,10 +395,22 @@ def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBat
     if not _immutable(data):  # the columns are views of it: never of a buffer the caller
         data = bytes(data)  # may still change (Kafka hands over bytes, bundles views of them)
     head, start = frame.split(data)
+    header = _frame_header(head, "frame header")
+    how, strings = _checked_header(header)
+    records = _whole(header["records"], "$.records")
+    runs = frame.read_runs(data, start, records, how.plan, how.align)
+    return _frame_batch(header, how, runs, strings)
+
+
+def _frame_header(head: bytes | memoryview, what: str) -> Any:
     try:
-        header = orjson.loads(head)
+        return orjson.loads(head)
     except orjson.JSONDecodeError as exc:
-        raise InvalidMessage("malformed-json", f"frame header: {exc}"[:_DETAIL_CHARS]) from None
+        raise InvalidMessage("malformed-json", f"{what}: {exc}"[:_DETAIL_CHARS]) from None
+
+
+def _checked_header(header: Any) -> tuple[_FramePlan, Mapping[str, list[str]]]:
+    """How to read the columns of a frame with this header, and its string lists."""
     version = _check_identity("ops", header)
     if version not in frame.binary_versions():
         raise InvalidMessage("schema", f"$.version: ops v{version} is JSON, not a binary frame")
@@ -393,13 +422,75 @@ def _decode_frame(data: bytes | bytearray | memoryview, max_bytes: int) -> OpBat
     if strings and not how.strings.issuperset(strings):
         unused = sorted(set(strings) - how.strings)
         raise InvalidMessage("schema", f"$.strings: {unused} name no column sent")
-    records = _whole(header["records"], "$.records")
-    runs = frame.read_runs(data, start, records, how.plan, how.align)
+    return how, strings
+
+
+def _frame_batch(
+    header: Mapping[str, Any],
+    how: _FramePlan,
+    runs: list[np.ndarray],
+    strings: Mapping[str, list[str]],
+) -> OpBatch:
+    """The batch of a checked header and its runs of columns, checked here."""
     read: dict[str, Any] = _header_fields(header)
     for run, names, values in zip(how.plan.runs, how.names, runs, strict=True):
         read.update(zip(names, cols.check_run(run.specs, values, strings), strict=True))
+    return _batch(header, read)
+
+
+def _batch(header: Mapping[str, Any], read: dict[str, Any]) -> OpBatch:
     rank_steps = tuple(header.get("rank_steps", ()))
     return OpBatch(**read, steps_done=_steps_done(header), rank_steps=rank_steps)
+
+
+def _decode_joined(data: bytes) -> list[Member]:
+    """The members of a joined bundle (``x-joined``), each checked as if it had come
+    alone: the columns are checked once for all members, and member by member only when
+    that finds a fault (so the fault is named as it would be alone)."""
+    heads, start = joined.split(data)
+    headers = [_frame_header(h, f"joined member {i}'s header") for i, h in enumerate(heads)]
+    shapes = [joined.shape(h, i) for i, h in enumerate(headers)]
+    if len({extras for extras, _ in shapes}) != 1:
+        raise InvalidMessage("malformed-frame", "joined members name unlike extra_columns")
+    how = _frame_plan(joined.layout().version, shapes[0][0])
+    ends = list(itertools.accumulate(records for _, records in shapes))
+    runs = frame.read_runs(data, start, ends[-1], how.plan, how.align)
+    checked = _checked_jointly(how, runs)
+    coded = [
+        (run, names, values)
+        for run, names, values in zip(how.plan.runs, how.names, runs, strict=True)
+        if names[0] in how.strings
+    ]
+    out: list[Member] = []
+    for header, lo, hi in zip(headers, [0, *ends[:-1]], ends, strict=True):
+        try:
+            _, strings = _checked_header(header)
+            if checked is None:
+                batch = _frame_batch(header, how, [run[:, lo:hi] for run in runs], strings)
+            else:
+                read = _header_fields(header)
+                read.update((name, column[lo:hi]) for name, column in checked.items())
+                for run, names, values in coded:  # codes into this member's own lists
+                    mine = cols.check_run(run.specs, values[:, lo:hi], strings)
+                    read.update(zip(names, mine, strict=True))
+                batch = _batch(header, read)
+            out.append((data, batch))
+        except InvalidMessage as exc:
+            out.append((data, exc))
+    return out
+
+
+def _checked_jointly(how: _FramePlan, runs: list[np.ndarray]) -> dict[str, np.ndarray] | None:
+    """Every column but the string-coded ones (each member's codes index its own lists)
+    checked over all members at once; None when any item breaks a rule."""
+    out: dict[str, np.ndarray] = {}
+    try:
+        for run, names, values in zip(how.plan.runs, how.names, runs, strict=True):
+            if names[0] not in how.strings:
+                out.update(zip(names, cols.check_run(run.specs, values, _NO_STRINGS), strict=True))
+    except InvalidMessage:
+        return None
+    return out
 
 
 def _immutable(data: bytes | bytearray | memoryview) -> bool:

@@ -28,6 +28,10 @@ def register(subparsers: Any) -> None:
         "--linger", type=float, default=None, metavar="SECONDS",
         help="longest a bundle's first message waits for others (default 0.05)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-join", action="store_true",
+        help="send bundles of whole frames, not joined (for workers older than x-joined)",
+    )  # fmt: skip
     parser.add_argument("--status-file", help="write the counters here as JSON, each second")
     parser.set_defaults(func=run)
 
@@ -50,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     bootstrap = args.kafka or config.kafka.bootstrap
     if not bootstrap:
         raise UserError("rankwatch relay: no Kafka (give --kafka, or set RANKWATCH_KAFKA)")
-    rule = RelayRule() if args.linger is None else RelayRule(linger_s=args.linger)
+    rule = RelayRule(join=not args.no_join)
+    if args.linger is not None:
+        rule = dataclasses.replace(rule, linger_s=args.linger)
     topic = f"{config.kafka.topic_prefix}.ops"
     producer = KafkaSender(KafkaTransport(bootstrap, topic, linger_ms=0))
     try:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from support.devbroker import DevBroker, create_topics
 
-from rankwatch.schemas import bundle
+from rankwatch.schemas import bundle, joined
 from rankwatch.schemas.codec import decode, decode_ops_members
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.output import Source
@@ -221,9 +221,12 @@ def test_a_relay_started_mid_run_bundles_the_hosts_frames_and_loses_none(
     values = consume(kafka_broker, f"{prefix}.ops")
     check_accounting(result)
     check_records(result, values)  # each rank's records once, relayed or not
-    bundled = [v for v in values if bundle.is_bundle(v)]
+    joined_values = [v for v in values if joined.is_joined(v)]
+    bundled = [v for v in values if bundle.is_bundle(v)] + joined_values
     print(f"relay: {counters}; {len(values)} messages on the topic, {len(bundled)} bundles")
     assert bundled and len(bundled) < len(values)  # some went directly, some bundled
+    assert counters["bundles_sent"] == len(bundled)
+    assert counters["joined_sent"] == len(joined_values) > 0  # the ranks' frames: one shape
     assert counters["frames_in"] == counters["frames_sent"] > len(bundled)
     assert counters["lost_at_close"] == counters["unnamed"] == counters["truncated"] == 0
     rows = analyse_embedded(values, tmp_path / "chdb")

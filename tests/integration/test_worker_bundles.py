@@ -1,7 +1,8 @@
-"""Bundles of frames (what a host's relay sends, ``x-bundle`` of the ops schema) on a
-real broker, to a worker started on topics the broker has never seen: mixed with frames
-sent alone, a bundle delivered twice, a bundle holding a bad member and one naming
-another job, and a bundle whose envelope is broken. The worker stores exactly the rows
+"""Bundles of frames (what a host's relay sends: joined, ``x-joined`` of the ops schema,
+or whole frames, ``x-bundle``) on a real broker, to a worker started on topics the
+broker has never seen: mixed with frames sent alone, a joined bundle delivered twice, a
+bundle holding a bad member and one naming another job, and a bundle whose envelope is
+broken. The worker stores exactly the rows
 of a clean run of the same batches, each record once, one dead letter per bad message
 (naming the bad members), and commits every offset."""
 
@@ -23,6 +24,7 @@ from support.workers import (
     wait_committed,
 )
 
+from rankwatch.schemas import joined
 from rankwatch.schemas.batching import RelayRule
 from rankwatch.schemas.codec import encode_ops, encode_ops_bundle
 from rankwatch.streams.kit.store import Store
@@ -40,10 +42,9 @@ def stream(batches: list[ReplayedBatch]) -> tuple[list[bytes], list[bytes]]:
     relayed = relay_timeline(
         [(b, encode_ops(b.batch)) for b in batches], RelayRule(linger_s=0.05, max_members=3)
     )
-    values = [
-        m.frames[0] if len(m.frames) == 1 else encode_ops_bundle(list(m.frames)) for m in relayed
-    ]
+    values = [joined.message(list(m.frames)) for m in relayed]  # as a relay sends them
     assert [len(m.frames) for m in relayed] == [3, 1] * 6
+    assert [joined.is_joined(v) for v in values] == [True, False] * 6
     first = relayed[0].frames
     spare = encode_ops(dataclasses.replace(batches[0].batch, job="job-other", batch_seq=99))
     with_bad = encode_ops_bundle([first[0][:-8], spare, *first])

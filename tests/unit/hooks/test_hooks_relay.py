@@ -15,7 +15,7 @@ import pytest
 from rankwatch.agent.relay import Relay, bind
 from rankwatch.hooks.spool import Message
 from rankwatch.hooks.transports import RelayTransport
-from rankwatch.schemas import bundle
+from rankwatch.schemas import bundle, joined
 from rankwatch.schemas.batching import RelayRule
 from rankwatch.schemas.codec import OpBatch, decode_ops_members, encode_ops
 from rankwatch.schemas.examples import example_batch
@@ -99,10 +99,25 @@ def test_a_hosts_frames_leave_as_one_bundle_per_job(path: str) -> None:
     by_key = dict(producer.sent)
     assert sorted(by_key) == [b"job-1", b"job-2"] and len(producer.sent) == 2
     assert by_key[b"job-2"] == frames[2]  # alone: sent as it is
+    assert joined.is_joined(by_key[b"job-1"])  # one set of column blocks for the three
     members = decode_ops_members(by_key[b"job-1"])
     assert [m.rank for _, m in members if isinstance(m, OpBatch)] == [0, 1, 3]
     counters = relay.snapshot()
     assert (counters.frames_in, counters.bundles_sent, counters.messages_sent) == (4, 1, 2)
+    assert counters.joined_sent == 1
+
+
+def test_a_relay_told_not_to_join_sends_bundles_of_whole_frames(path: str) -> None:
+    """For workers older than the joined layout (``rankwatch relay --no-join``)."""
+    producer = Producer()
+    relay = Relay(bind(path), producer, RelayRule(linger_s=0.05, join=False))
+    hooks = RelayTransport(path, Direct())
+    frames = [frame(0), frame(1)]
+    assert hooks.send([Message("ops", f, 6) for f in frames]) == [True] * 2
+    until(lambda: relay.snapshot().frames_sent == 2, relay)
+    [(_, value)] = producer.sent
+    assert bundle.is_bundle(value) and [bytes(m) for m in bundle.split(value)] == frames
+    assert relay.snapshot().joined_sent == 0
 
 
 def test_a_steady_stream_does_not_keep_a_due_bundle_back(path: str) -> None:
@@ -132,6 +147,8 @@ def test_a_steady_stream_does_not_keep_a_due_bundle_back(path: str) -> None:
 
 
 def bundle_frames(value: bytes) -> list[memoryview | bytes]:
+    if joined.is_joined(value):
+        return joined.split(value)[0]  # a header a member
     return bundle.split(value) if bundle.is_bundle(value) else [value]
 
 
