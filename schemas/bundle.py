@@ -67,20 +67,11 @@ def split(data: bytes | memoryview) -> list[memoryview]:
     (count, lengths, padding, a member that is not a frame) is refused whole."""
     view = memoryview(data)
     size = view.nbytes
-    if size < HEAD.size:
-        raise InvalidMessage("malformed-frame", f"{size} bytes: shorter than a bundle's head")
-    _, count = HEAD.unpack_from(view)
-    if not 1 <= count <= _LAYOUT.max_members:
-        raise InvalidMessage(
-            "malformed-frame", f"a bundle of {count} members (1 to {_LAYOUT.max_members})"
-        )
-    lengths_end = HEAD.size + 4 * count
-    if lengths_end > size:
-        raise InvalidMessage("malformed-frame", f"{count} member lengths do not fit {size} bytes")
+    lengths, lengths_end = member_lengths(view, _LAYOUT.max_members, "bundle")
     at = _padded(lengths_end)
     pads = [(lengths_end, at)]
     members = []
-    for length in struct.unpack_from(f"<{count}I", view, HEAD.size):
+    for length in lengths:
         members.append(view[at : at + length])
         pads.append((at + length, _padded(at + length)))
         at = pads[-1][1]
@@ -94,6 +85,21 @@ def split(data: bytes | memoryview) -> list[memoryview]:
         if not is_frame(member):
             raise InvalidMessage("malformed-frame", f"bundle member {i} is not a frame")
     return members
+
+
+def member_lengths(view: memoryview, most: int, what: str) -> tuple[tuple[int, ...], int]:
+    """(the lengths, where they end) of an envelope that starts with a magic, a member
+    count (1 to ``most``) and a uint32 length a member (a bundle's, a joined bundle's)."""
+    size = view.nbytes
+    if size < HEAD.size:
+        raise InvalidMessage("malformed-frame", f"{size} bytes: shorter than a {what}'s head")
+    _, count = HEAD.unpack_from(view)
+    if not 1 <= count <= most:
+        raise InvalidMessage("malformed-frame", f"a {what} of {count} members (1 to {most})")
+    end = HEAD.size + 4 * count
+    if end > size:
+        raise InvalidMessage("malformed-frame", f"{count} member lengths do not fit {size} bytes")
+    return struct.unpack_from(f"<{count}I", view, HEAD.size), end
 
 
 def pack(frames: Sequence[bytes]) -> bytes:

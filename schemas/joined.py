@@ -29,8 +29,6 @@ from rankwatch.schemas import bundle
 from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.registry import schema, versions
 
-_COUNT = struct.Struct("<4sI")
-
 
 @dataclass(frozen=True)
 class JoinedLayout:
@@ -86,18 +84,9 @@ def split(data: bytes | memoryview) -> tuple[list[memoryview], int]:
     the codec's to read: it needs the headers' record counts."""
     view = memoryview(data)
     size = view.nbytes
-    if size < _COUNT.size:
-        raise InvalidMessage("malformed-frame", f"{size} bytes: shorter than a joined head")
-    _, count = _COUNT.unpack_from(view)
-    if not 1 <= count <= _LAYOUT.max_members:
-        raise InvalidMessage(
-            "malformed-frame", f"a joined bundle of {count} members (1 to {_LAYOUT.max_members})"
-        )
-    at = _COUNT.size + 4 * count
-    if at > size:
-        raise InvalidMessage("malformed-frame", f"{count} header lengths do not fit {size} bytes")
+    lengths, at = bundle.member_lengths(view, _LAYOUT.max_members, "joined bundle")
     heads = []
-    for length in struct.unpack_from(f"<{count}I", view, _COUNT.size):
+    for length in lengths:
         heads.append(view[at : at + length])
         at += length
     start = _padded(at)
@@ -115,18 +104,22 @@ def join(frames: Sequence[bytes]) -> bytes | None:
     bundle, and the worker refuses the faulty member alone, as it would have."""
     if not 2 <= len(frames) <= _LAYOUT.max_members:
         return None
-    cut = [_cut(f) for f in frames]
-    if any(c is None for c in cut) or len({c[1] for c in cut if c is not None}) != 1:
-        return None
+    cuts: list[_Cut] = []
+    for data in frames:
+        cut = _cut(data)
+        if cut is None or cut[1] != (cuts[0][1] if cuts else cut[1]):
+            return None  # not a frame the envelope can carry, or unlike the first
+        cuts.append(cut)
+    heads = [head for head, _, _ in cuts]
     parts: list[bytes | memoryview] = [
-        _COUNT.pack(_LAYOUT.magic, len(frames)),
-        struct.pack(f"<{len(frames)}I", *(len(c[0]) for c in cut if c is not None)),
+        bundle.HEAD.pack(_LAYOUT.magic, len(frames)),
+        struct.pack(f"<{len(heads)}I", *map(len, heads)),
+        *heads,
     ]
-    parts += [c[0] for c in cut if c is not None]
-    head = sum(map(len, parts))
-    parts.append(bytes(_padded(head) - head))
-    for blocks in zip(*(c[2] for c in cut if c is not None), strict=True):
-        parts += blocks
+    size = sum(map(len, parts))
+    parts.append(bytes(_padded(size) - size))
+    for blocks in zip(*(blocks for _, _, blocks in cuts), strict=True):
+        parts += blocks  # column by column, each member's items in member order
     return b"".join(parts)
 
 
@@ -138,7 +131,10 @@ def message(frames: Sequence[bytes], join_them: bool = True) -> bytes:
     return (join(frames) if join_them else None) or bundle.pack(frames)
 
 
-def _cut(data: bytes) -> tuple[memoryview, tuple[str, ...], list[memoryview]] | None:
+_Cut = tuple[memoryview, tuple[str, ...], list[memoryview]]
+
+
+def _cut(data: bytes) -> _Cut | None:
     """(header bytes, extra_columns, the blocks in order) of a frame the envelope can carry."""
     if not bundle.is_frame(data) or len(data) < bundle.HEAD.size:
         return None

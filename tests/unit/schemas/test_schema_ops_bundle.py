@@ -6,10 +6,10 @@ from __future__ import annotations
 import struct
 
 import numpy as np
-import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.messages import frame_with
 
 from rankwatch.schemas import bundle, frame
 from rankwatch.schemas.codec import (
@@ -57,22 +57,6 @@ def test_a_message_alone_is_its_only_member() -> None:
     assert isinstance(refused, InvalidMessage) and refused.reason == "malformed-frame"
 
 
-def _frame_with(rank: int, steps_done: object = None, **column: list[int]) -> bytes:
-    """A frame of ``example_batch(3, rank=rank)`` with ``column`` replaced (unchecked)."""
-    good = encode_ops(example_batch(3, rank=rank))
-    head, _ = frame.split(good)
-    header = orjson.loads(head)
-    if steps_done is not None:
-        header["steps_done"] = steps_done
-    lay = frame.layout(3)
-    batch = decode_ops(good)
-    blocks = {
-        name: np.asarray(column.get(name, getattr(batch, name))).astype(lay.dtypes[name])
-        for name in batch.columns()
-    }
-    return frame.pack(orjson.dumps(header), blocks, lay)
-
-
 @pytest.mark.parametrize(
     "bad",
     [
@@ -80,13 +64,13 @@ def _frame_with(rank: int, steps_done: object = None, **column: list[int]) -> by
         {"duration_ns": [1, 2, -3]},
         {"mb_id": [0, -2, 0]},
         {"step": [3, -1, 3]},
-        {"steps_done": [{"step": 3, "n_ops": 3.0}]},  # a header fault found after the columns
+        {"header": {"steps_done": [{"step": 3, "n_ops": 3.0}]}},  # found after the columns
     ],
 )
 def test_a_members_fault_is_named_as_alone(bad: dict[str, object]) -> None:
     """A fault in one member's columns is named as it would be alone (the record counted
     within that member) and costs the others nothing."""
-    members = [_frame_with(0), _frame_with(1, **bad), _frame_with(2)]  # type: ignore[arg-type]
+    members = [frame_with(0), frame_with(1, **bad), frame_with(2)]  # type: ignore[arg-type]
     with pytest.raises(InvalidMessage) as alone:
         decode_ops(members[1])
     got = decode_ops_members(encode_ops_bundle(members))

@@ -12,6 +12,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.messages import frame_with
 
 from rankwatch.schemas import bundle, frame, joined
 from rankwatch.schemas.codec import (
@@ -66,21 +67,6 @@ def test_members_come_out_as_from_a_bundle_as_views_of_the_message(extras: bool)
     assert len(data) < len(encode_ops_bundle(members))  # one set of blocks, no member padding
 
 
-def _frame_with(rank: int, header: dict[str, object] | None = None, **column: list[int]) -> bytes:
-    """A frame of ``example_batch(3, rank=rank)`` with header fields or columns replaced
-    (unchecked)."""
-    good = encode_ops(example_batch(3, rank=rank))
-    head, _ = frame.split(good)
-    fields = {**orjson.loads(head), **(header or {})}
-    lay = frame.layout(3)
-    batch = decode_ops(good)
-    blocks = {
-        name: np.asarray(column.get(name, getattr(batch, name))).astype(lay.dtypes[name])
-        for name in batch.columns()
-    }
-    return frame.pack(orjson.dumps(fields), blocks, lay)
-
-
 @pytest.mark.parametrize(
     "bad",
     [
@@ -97,7 +83,7 @@ def _frame_with(rank: int, header: dict[str, object] | None = None, **column: li
 def test_a_members_fault_is_named_as_alone_and_costs_the_others_nothing(
     bad: dict[str, object],
 ) -> None:
-    members = [_frame_with(0), _frame_with(1, **bad), _frame_with(2)]  # type: ignore[arg-type]
+    members = [frame_with(0), frame_with(1, **bad), frame_with(2)]  # type: ignore[arg-type]
     got = as_joined(members)
     assert got == as_bundle(members)
     try:
@@ -190,7 +176,7 @@ def test_only_frames_of_one_shape_are_joined_and_a_relay_bundles_the_rest() -> N
         [plain[0], json_message],
         [plain[0], short],
         [plain[0], b"RWOB\xff\xff\xff\xff"],
-        [plain[0], _frame_with(1, header={"records": 2})],
+        [plain[0], frame_with(1, header={"records": 2})],
     ):
         assert joined.join(unjoinable) is None
         with pytest.raises(InvalidMessage):
@@ -231,5 +217,5 @@ _FAULTS = [
 @given(st.lists(st.sampled_from(range(len(_FAULTS))), min_size=2, max_size=6))
 def test_joined_and_bundled_frames_come_out_alike(faults: list[int]) -> None:
     """Whatever mix of good and faulty members: member for member the same outcome."""
-    members = [_frame_with(i, **_FAULTS[f]) for i, f in enumerate(faults)]  # type: ignore[arg-type]
+    members = [frame_with(i, **_FAULTS[f]) for i, f in enumerate(faults)]  # type: ignore[arg-type]
     assert as_joined(members) == as_bundle(members)
