@@ -506,7 +506,18 @@ def _ticks(column: Column, values: Sequence[Any] | np.ndarray, divisor: int) -> 
             out.append(int(v) // divisor)
         else:
             raise StoreError(f"column {column.name}: {v!r} is neither ns since epoch nor datetime")
+    if any(isinstance(v, int) for v in out) and any(isinstance(v, dt.datetime) for v in out):
+        # clickhouse-connect reads a column as all ticks or all datetimes, not both
+        out = [v if not isinstance(v, dt.datetime) else _ns(v) // divisor for v in out]
     return out
+
+
+def _ns(moment: dt.datetime) -> int:
+    """An aware datetime as ns since the epoch, exactly (no float on the way)."""
+    return (moment - _EPOCH) // dt.timedelta(microseconds=1) * 1_000
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _identifier(name: str) -> str:

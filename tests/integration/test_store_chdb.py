@@ -167,6 +167,20 @@ def test_datetime64_round_trips_in_utc(store: Store) -> None:
     assert in_range == [{"n": 1}]
 
 
+def test_a_column_of_ns_and_datetimes_stores_both(store: Store) -> None:
+    """Rows may give a time as ns or as an aware datetime; one insert may mix them (the
+    client takes a column as all ticks or all datetimes, so they become ticks)."""
+    as_ns, as_datetime = _steps_row(version=1), _steps_row(version=1)
+    as_ns.update(step=1, time=T0_NS + 456_789_000)
+    as_datetime.update(step=2, time=datetime(2024, 11, 19, 7, 6, 41, 5000, tzinfo=UTC))
+    store.insert("steps", [as_ns, as_datetime])
+    got = store.query("SELECT step, toUnixTimestamp64Milli(time) AS ms FROM steps ORDER BY step")
+    assert got == [
+        {"step": 1, "ms": (T0_NS + 456_789_000) // 1_000_000},
+        {"step": 2, "ms": int(as_datetime["time"].timestamp() * 1000)},  # type: ignore[attr-defined]
+    ]
+
+
 def test_naive_datetimes_are_refused(store: Store) -> None:
     row = _steps_row(version=1)
     row["analysed_at"] = datetime(2026, 1, 1)
