@@ -9,7 +9,8 @@ For frames of each size (39 records: an SE rank's step; 182: the generated job's
 sender process hands ``--frames`` frames to a real relay process (``rankwatch relay``,
 pinned to the last core) as 8 ranks would, one burst of 8 every ``--burst-ms`` (800
 frames a second by default: a host of 8 ranks whose steps take 10 ms; real steps take
-seconds), and the relay sends its bundles to the broker. Reported: the relay's CPU per
+seconds), and the relay sends its bundles to the broker (joined, ``x-joined``, unless
+``--no-join``). Reported: the relay's CPU per
 frame received and sent, the bundles and frames per bundle it made, and the sender's
 CPU per frame handed over (``RelayTransport.send``); then the same frames sent by the
 hooks' own Kafka transport (``KafkaTransport.send``, one message each, as a rank without a relay
@@ -52,12 +53,12 @@ def frames(records: int, count: int) -> list[bytes]:
 
 
 def through_relay(
-    bootstrap: str, prefix: str, data: list[bytes], work: Path, burst_s: float
+    bootstrap: str, prefix: str, data: list[bytes], work: Path, burst_s: float, join: bool
 ) -> dict[str, Any]:
     sock, status = work / "relay.sock", work / "relay.json"
     relay = subprocess.Popen(
         [sys.executable, "-m", "rankwatch", "relay", "--socket", str(sock), "--kafka", bootstrap,
-         "--status-file", str(status)],
+         "--status-file", str(status), *([] if join else ["--no-join"])],
         env={**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix},
     )  # fmt: skip
     try:
@@ -92,6 +93,7 @@ def through_relay(
         "relay_cpu_us_per_frame": 1e6 * relay_cpu / max(counters["frames_sent"] - 1, 1),
         "sender_cpu_us_per_frame": 1e6 * sender_cpu / len(data),
         "bundles": counters["bundles_sent"],
+        "joined": counters["joined_sent"],
         "frames_per_message": counters["frames_sent"] / max(counters["messages_sent"], 1),
         "fallbacks": hooks.fallbacks,
     }
@@ -139,6 +141,9 @@ def main() -> int:
     )
     parser.add_argument("--records", default="39,182")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-join", action="store_true", help="the relay sends bundles of whole frames"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rw-bench-relay-"))
     broker = DevBroker(work / "kafka")
@@ -151,7 +156,8 @@ def main() -> int:
             for i in range(args.repeat):
                 prefix = f"r{records}x{i}"
                 asyncio.run(create_topics(bootstrap, [f"{prefix}.ops"], 1))
-                relayed.append(through_relay(bootstrap, prefix, data, work, args.burst_ms / 1e3))
+                burst_s, join = args.burst_ms / 1e3, not args.no_join
+                relayed.append(through_relay(bootstrap, prefix, data, work, burst_s, join))
                 alone.append(direct(bootstrap, prefix, data[: args.frames // 4]))
             results[f"{records} records"] = {
                 "frame_bytes": len(data[0]),
