@@ -163,7 +163,8 @@ def decode_ops(
 
 
 Member = tuple[memoryview | bytes, OpBatch | InvalidMessage]
-"""One message of a bundle (or a message alone): its bytes, and its batch or why not."""
+"""One message of a bundle (or a message alone): its bytes (a joined bundle's members
+share the message's), and its batch or why not."""
 
 
 def decode_ops_members(
