@@ -13,9 +13,8 @@ reason, never raised into the worker.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from rankwatch.sim import (
     Analysis,
@@ -136,4 +135,4 @@ def _meta(step: AssembledStep) -> JobMeta:
 def _attributions(result: Analysis) -> tuple[tuple[str, str, float], ...]:
     rows = [(d, group, value) for d in DIMENSIONS for group, value in result.attribution(d).items()]
     rows += [("worker", w, v) for w, v in result.workers().items()]
-    return tuple((d, g, v) for d, g, v in rows if np.isfinite(v))
+    return tuple((d, g, v) for d, g, v in rows if math.isfinite(v))  # Python floats

@@ -354,8 +354,9 @@ class Pipeline:
             analysis = self.analyser.analyse(step) if self.analyser else None
             message = step_message(step, analysis)
             out.add("steps", step_row(message, now_ns))
-            for dimension, group, value in analysis.attributions if analysis else ():
-                out.add("step_attribution", attribution_row(step, dimension, group, value, now_ns))
+            if analysis is not None and analysis.attributions:
+                rows = attribution_rows(step, analysis.attributions, now_ns)
+                out.rows.setdefault("step_attribution", []).extend(rows)
             out.steps.append(step)
             out.messages.append(("steps", step.job, message))
             self._open_batches.get(step.job, {}).pop(step.step, None)
@@ -513,19 +514,19 @@ def signals_message(s: Signals, anomalies: list[str]) -> dict[str, Any]:
     return {"schema": "signals", "version": 1, **fields, "anomalies": anomalies}
 
 
-def attribution_row(
-    step: AssembledStep, dimension: str, group: str, value: float, now_ns: int
-) -> dict[str, Any]:
-    return table_row(
-        "step_attribution",
-        job=step.job,
-        step=step.step,
-        time=utc(step.start_ns),
-        dimension=dimension,
-        group=group,
-        slowdown=value,
-        version=now_ns,
-    )
+def attribution_rows(
+    step: AssembledStep, attributions: Sequence[tuple[str, str, float]], now_ns: int
+) -> list[dict[str, Any]]:
+    """The step's ``step_attribution`` rows: about a hundred a step of a DP-32 job, so
+    the step's time is converted and the row's columns checked once, not once a row."""
+    job, number, time = step.job, step.step, utc(step.start_ns)
+    rows = [
+        {"job": job, "step": number, "time": time, "dimension": dimension, "group": group}
+        | {"slowdown": value, "version": now_ns}
+        for dimension, group, value in attributions
+    ]
+    table_row("step_attribution", **rows[0])  # the same columns in every row
+    return rows
 
 
 def _without_steps(batch: OpBatch, steps: frozenset[int]) -> OpBatch | None:
