@@ -493,22 +493,23 @@ def _base_type(type_: str) -> str:
 
 
 def _ticks(column: Column, values: Sequence[Any] | np.ndarray, divisor: int) -> list[Any]:
-    """DateTime64 values: ints are ns since the epoch; datetimes must be aware."""
+    """DateTime64 values as ticks: ints are ns since the epoch; datetimes must be aware.
+    Both become ticks, as rows may give either: clickhouse-connect takes a column as all
+    ticks or all datetimes, and failed on a column of both."""
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         return (values.astype(np.int64) // divisor).tolist()
     out: list[Any] = []
     for v in values:
-        if v is None or isinstance(v, dt.datetime):
-            if isinstance(v, dt.datetime) and v.tzinfo is None:
+        if v is None:
+            out.append(None)
+        elif isinstance(v, dt.datetime):
+            if v.tzinfo is None:
                 raise StoreError(f"column {column.name}: naive datetime {v}; give it a timezone")
-            out.append(v)
+            out.append(_ns(v) // divisor)
         elif isinstance(v, int | np.integer) and not isinstance(v, bool):
             out.append(int(v) // divisor)
         else:
             raise StoreError(f"column {column.name}: {v!r} is neither ns since epoch nor datetime")
-    if any(isinstance(v, int) for v in out) and any(isinstance(v, dt.datetime) for v in out):
-        # clickhouse-connect reads a column as all ticks or all datetimes, not both
-        out = [v if not isinstance(v, dt.datetime) else _ns(v) // divisor for v in out]
     return out
 
 

@@ -354,9 +354,8 @@ class Pipeline:
             analysis = self.analyser.analyse(step) if self.analyser else None
             message = step_message(step, analysis)
             out.add("steps", step_row(message, now_ns))
-            if analysis is not None and analysis.attributions:
-                rows = attribution_rows(step, analysis.attributions, now_ns)
-                out.rows.setdefault("step_attribution", []).extend(rows)
+            for row in attribution_rows(step, analysis.attributions if analysis else (), now_ns):
+                out.add("step_attribution", row)
             out.steps.append(step)
             out.messages.append(("steps", step.job, message))
             self._open_batches.get(step.job, {}).pop(step.step, None)
@@ -521,11 +520,19 @@ def attribution_rows(
     the step's time is converted and the row's columns checked once, not once a row."""
     job, number, time = step.job, step.step, utc(step.start_ns)
     rows = [
-        {"job": job, "step": number, "time": time, "dimension": dimension, "group": group}
-        | {"slowdown": value, "version": now_ns}
+        {
+            "job": job,
+            "step": number,
+            "time": time,
+            "dimension": dimension,
+            "group": group,
+            "slowdown": value,
+            "version": now_ns,
+        }
         for dimension, group, value in attributions
     ]
-    table_row("step_attribution", **rows[0])  # the same columns in every row
+    if rows:
+        table_row("step_attribution", **rows[0])  # the same columns in every row
     return rows
 
 
