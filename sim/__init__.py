@@ -13,14 +13,17 @@ Online, per job (stream workers)::
     window = window.push(graph, measured)                # RollingIdeal, pure
     result = analyse_measured(graph, measured, window.ideal(), workspace)
     # or: analyse_step(graph, step_trace, window.ideal(), workspace)
+    # several steps closed at once, each with its own window's ideal, in one pass:
+    results = analyse_each(graph, measured_of_steps, ideals, workspace)
 
-Both paths run the same code (:func:`analyse_measured`) over one or many steps.
+All paths run the same code over one or many steps.
 Traces that cannot be modelled raise :class:`ModelError` naming the ops.
 """
 
 from rankwatch.sim.analysis import (
     Analysis,
     analyse,
+    analyse_each,
     analyse_measured,
     analyse_step,
     measure_trace,
@@ -47,6 +50,7 @@ __all__ = [
     "TraceError",
     "Workspace",
     "analyse",
+    "analyse_each",
     "analyse_measured",
     "analyse_step",
     "ideal_costs",

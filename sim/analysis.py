@@ -11,7 +11,7 @@ Legend: N ops, S steps, D DP ranks, P stages, X scenarios, G groups.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -178,67 +178,124 @@ def analyse_measured(
     ideal: IdealCosts,
     workspace: Workspace | None = None,
 ) -> Analysis:
-    """The shared core of :func:`analyse` and :func:`analyse_step`.
+    """The shared core of :func:`analyse` and :func:`analyse_step`: all the steps of
+    ``measured`` as one set (one ideal, the top workers over all of them).
 
     ``workspace``: scratch memory reused between calls (results do not depend on it).
     """
+    return _analyse(
+        graph, measured, ideal_per_node(graph, ideal), [(slice(None), ideal)], workspace
+    )[0]
+
+
+def analyse_each(
+    graph: OpGraph,
+    measured: Measured,
+    ideals: Sequence[IdealCosts],
+    workspace: Workspace | None = None,
+) -> list[Analysis]:
+    """Each step of ``measured`` against its own ideal costs (``ideals[s]`` for step s):
+    the analyses :func:`analyse_measured` gives one step at a time, number for number,
+    from one simulation pass over all of them. A live worker that closed several steps
+    of a job since it last stored pays numpy's cost per call once for all of them
+    (docs/whatif.md, "Offline and live figures")."""
+    if len(ideals) != measured.steps.size:
+        raise ValueError(f"{len(ideals)} ideals for {measured.steps.size} steps")
+    ideal_NS = np.stack([ideal_per_node(graph, ideal) for ideal in ideals], axis=1)
+    parts = [(slice(s, s + 1), ideal) for s, ideal in enumerate(ideals)]
+    return _analyse(graph, measured, ideal_NS, parts, workspace)
+
+
+def ideal_per_node(graph: OpGraph, ideal: IdealCosts) -> np.ndarray:
+    """The ideal cost of each op of ``graph``; a :class:`ModelError` names the op types
+    that have none (no step in the window had them)."""
     ideal_N = ideal.per_node(graph)
     if np.isnan(ideal_N).any():
         missing = sorted({OPTYPES[c] for c in graph.optype[np.isnan(ideal_N)].tolist()})
         raise ModelError(f"no ideal cost for op type(s): {', '.join(missing)}")
+    return ideal_N
+
+
+def _analyse(
+    graph: OpGraph,
+    measured: Measured,
+    ideal: np.ndarray,
+    parts: Sequence[tuple[slice, IdealCosts]],
+    workspace: Workspace | None,
+) -> list[Analysis]:
+    """One analysis per part (a slice of the steps, analysed as a set): ``ideal`` per op
+    ``(N,)`` or per op and step ``(N, S)``; the top workers are each part's own."""
     exact = measured.exact_cost_NSD
     groups = _groups(graph)
     masks = np.concatenate([np.zeros((graph.size, 1), bool), *groups.values()], axis=1)
     t_XS = _simulate_chunked(  # ideal, then each group real
         graph,
         (masks.shape[1], exact.shape[1], exact.shape[2]),
-        lambda steps: masked_costs(graph, _clamped(exact, steps), ideal_N, masks),
+        lambda steps: masked_costs(graph, _clamped(exact, steps), _of(ideal, steps), masks),
         workspace,
         "groups.",
     )
     t_dp = _simulate_chunked(  # DP rank x real, the others ideal
         graph,
         (graph.dp_size, exact.shape[1], 1 if graph.dp_size == 1 else 2),
-        lambda steps: one_rank_real(graph, _clamped(exact, steps), ideal_N),
+        lambda steps: one_rank_real(graph, _clamped(exact, steps), _of(ideal, steps)),
         workspace,
         "rank.",
     )
-    attribution = _attribution(graph, groups, t_XS[1:], t_dp)
-    ideal_S = t_XS[0].astype(np.float64)
-    worker = _worker_scores(attribution, ideal_S, graph)
-    top = _top_workers(worker)
-    replay, simulated, *fixed = _recorded(graph, measured, ideal_N, top, workspace)
-    return Analysis(
-        steps=measured.steps,
-        dp_size=graph.dp_size,
-        pp_size=graph.pp_size,
-        base_S=measured.base_S,
-        simulated_S=simulated,
-        ideal_S=ideal_S,
-        attribution_S=attribution,
-        worker_DP=worker,
-        top_workers=top,
-        m_w=_share_fixed(simulated, fixed[0], ideal_S),
-        m_s=_share_fixed(simulated, fixed[1], ideal_S),
-        replay_error=float(np.abs(replay - measured.base_S).max()),
-        ideal=ideal,
+    scored = []
+    fixed_SPD = np.zeros(
+        (1 if ideal.ndim == 1 else exact.shape[1], graph.pp_size, graph.dp_size), bool
     )
+    for which, _ in parts:
+        attribution = _attribution(graph, groups, t_XS[1:, which], t_dp[:, which])
+        ideal_S = t_XS[0, which].astype(np.float64)
+        worker = _worker_scores(attribution, ideal_S, graph)
+        top = _top_workers(worker)
+        for d, p in top:
+            fixed_SPD[which if ideal.ndim == 2 else 0, p, d] = True
+        scored.append((attribution, ideal_S, worker, top))
+    replay, simulated, *fixed = _recorded(graph, measured, ideal, fixed_SPD, workspace)
+    out = []
+    for (which, ideal_costs_), (attribution, ideal_S, worker, top) in zip(
+        parts, scored, strict=True
+    ):
+        t = simulated[which]
+        out.append(
+            Analysis(
+                steps=measured.steps[which],
+                dp_size=graph.dp_size,
+                pp_size=graph.pp_size,
+                base_S=measured.base_S[which],
+                simulated_S=t,
+                ideal_S=ideal_S,
+                attribution_S=attribution,
+                worker_DP=worker,
+                top_workers=top,
+                m_w=_share_fixed(t, fixed[0][which], ideal_S),
+                m_s=_share_fixed(t, fixed[1][which], ideal_S),
+                replay_error=float(np.abs(replay[which] - measured.base_S[which]).max()),
+                ideal=ideal_costs_,
+            )
+        )
+    return out
 
 
 def _recorded(
     graph: OpGraph,
     measured: Measured,
-    ideal_N: np.ndarray,
-    top: tuple[tuple[int, int], ...],
+    ideal: np.ndarray,
+    fixed_SPD: np.ndarray,
     workspace: Workspace | None,
 ) -> np.ndarray:
     """Float64 step times ``(4, S)``: the replay (recorded costs and launch delays, not
-    clamped), T (launch delays 0), T with the top workers fixed, with the last stage fixed."""
+    clamped), T (launch delays 0), T with the workers of ``fixed_SPD`` fixed (per step,
+    or ``(1, P, D)`` for all), with the last stage fixed."""
     exact = measured.exact_cost_NSD
 
     def costs(steps: slice) -> Costs:
         chunk = exact[:, steps]
-        return recorded_costs(graph, chunk, _clamped(exact, steps), ideal_N, top)
+        fix = fixed_SPD if fixed_SPD.shape[0] == 1 else fixed_SPD[steps]
+        return recorded_costs(graph, chunk, _clamped(exact, steps), _of(ideal, steps), fix)
 
     def delay(steps: slice) -> np.ndarray:
         return measured.exact_delay_NSD[:, steps][graph.plan_nodes]
@@ -253,6 +310,11 @@ def _recorded(
         np.float64,
         arrays=8,
     )
+
+
+def _of(ideal: np.ndarray, steps: slice) -> np.ndarray:
+    """The ideal costs of a chunk of the steps (all of them when one per op)."""
+    return ideal if ideal.ndim == 1 else ideal[:, steps]
 
 
 def _clamped(cost_NSD: np.ndarray, steps: slice) -> np.ndarray:

@@ -12,6 +12,7 @@ Legend: N ops, S steps, D DP ranks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -108,3 +109,16 @@ def latest_of(table: np.ndarray, rows_BK: np.ndarray) -> np.ndarray:
     for k in range(1, rows_BK.shape[1]):
         np.maximum(out, table.take(rows_BK[:, k], axis=0), out=out)
     return out
+
+
+def joined(parts: Sequence[Measured]) -> Measured:
+    """Steps measured one at a time (under one graph) as one set, in order: what
+    :func:`~rankwatch.sim.analysis.analyse_each` takes for steps that closed apart."""
+    if len(parts) == 1:
+        return parts[0]
+    return Measured(
+        steps=np.concatenate([p.steps for p in parts]),
+        exact_cost_NSD=np.concatenate([p.exact_cost_NSD for p in parts], axis=1),
+        exact_delay_NSD=np.concatenate([p.exact_delay_NSD for p in parts], axis=1),
+        base_S=np.concatenate([p.base_S for p in parts]),
+    )

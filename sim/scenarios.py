@@ -47,7 +47,8 @@ def choose(
 ) -> Costs:
     """Scenario x gives op n the cost ``candidates[pick_NX[n, x]][n]``.
 
-    A candidate is ``(N, S, D)`` (a cost per step and rank) or ``(N,)`` (one per op).
+    A candidate is ``(N, S, D)`` (a cost per step and rank), ``(N, S)`` (one per op and
+    step: an ideal cost of each step's own window) or ``(N,)`` (one per op).
     """
     rows = graph.plan_nodes
     r = rows.size
@@ -60,6 +61,8 @@ def choose(
                 cand.shape[0], s * d
             )
             values.take(rows, axis=0, out=block, mode="clip")
+        elif cand.ndim == 2:
+            block.reshape(r, s, d)[:] = cand[rows][:, :, None]
         else:
             block[:] = cand[rows][:, None]
     pick = pick_NX[rows] * r + np.arange(r)[:, None]
@@ -67,20 +70,22 @@ def choose(
 
 
 def masked_costs(
-    graph: OpGraph, cost_NSD: np.ndarray, ideal_N: np.ndarray, real_NX: np.ndarray
+    graph: OpGraph, cost_NSD: np.ndarray, ideal: np.ndarray, real_NX: np.ndarray
 ) -> Costs:
-    """Scenario x keeps the real cost of op n where ``real_NX[n, x]``, else the ideal."""
-    return choose(graph, (cost_NSD, ideal_N), (~real_NX).astype(np.int64))
+    """Scenario x keeps the real cost of op n where ``real_NX[n, x]``, else the ideal
+    (``ideal``: per op ``(N,)``, or per op and step ``(N, S)``)."""
+    return choose(graph, (cost_NSD, ideal), (~real_NX).astype(np.int64))
 
 
 def one_rank_real(
-    graph: OpGraph, cost_NSD: np.ndarray, ideal_N: np.ndarray, dtype: type = np.float32
+    graph: OpGraph, cost_NSD: np.ndarray, ideal: np.ndarray, dtype: type = np.float32
 ) -> Costs:
     """Scenario x: DP rank x keeps its real costs, every other rank is ideal.
 
     The other ranks then all run the same ideal ops, so one lane stands for all of
     them: lanes are ``(X = D, S, 2)`` (rank x, the others) instead of ``(D, S, D)``.
     With a single DP rank there are no others and the lanes are ``(1, S, 1)``.
+    ``ideal``: per op ``(N,)``, or per op and step ``(N, S)``.
     """
     rows = graph.plan_nodes
     r, s, d = cost_NSD.shape
@@ -92,7 +97,8 @@ def one_rank_real(
     blocks[..., 0] = real.transpose(0, 2, 1)
     del real
     if width == 2:
-        blocks[..., 1] = ideal_N[rows].astype(dtype)[:, None, None]
+        ideal_RS = _per_step(ideal, s)[rows].astype(dtype)
+        blocks[..., 1] = ideal_RS[:, None, :]
     pick = np.arange(r * d).reshape(r, d)
     return Costs(blocks_BF=blocks.reshape(r * d, s * width), pick_RX=pick, lanes=(d, s, width))
 
@@ -101,19 +107,23 @@ def recorded_costs(
     graph: OpGraph,
     exact_NSD: np.ndarray,
     clamped_NSD: np.ndarray,
-    ideal_N: np.ndarray,
-    workers: Sequence[tuple[int, int]],
+    ideal: np.ndarray,
+    fixed_SPD: np.ndarray,
 ) -> Costs:
     """Four float64 scenarios of recorded costs: as measured (the replay, which must
-    hit the recorded times), clamped at 0 (T), and T with fixes: these (dp_rank, stage)
-    workers ideal (M_W), the last stage ideal (M_S)."""
-    fix_PD = np.zeros((graph.pp_size, graph.dp_size), bool)
-    for d, p in workers:
-        fix_PD[p, d] = True
-    fix_ND = fix_PD[graph.stage]
-    with_workers = np.where(fix_ND[:, None, :], ideal_N[:, None, None], clamped_NSD)
+    hit the recorded times), clamped at 0 (T), and T with fixes: the workers (stage,
+    dp_rank) ideal where ``fixed_SPD`` (per step, or ``(1, P, D)`` for all) (M_W), the
+    last stage ideal (M_S). ``ideal``: per op ``(N,)``, or per op and step ``(N, S)``."""
+    fix_NSD = fixed_SPD[:, graph.stage].transpose(1, 0, 2)
+    ideal_NSD = _per_step(ideal, exact_NSD.shape[1])[:, :, None]
+    with_workers = np.where(fix_NSD, ideal_NSD, clamped_NSD)
     pick = np.empty((graph.size, 4), dtype=np.int64)
     pick[:] = (0, 1, 3, 1)
     pick[graph.stage == graph.pp_size - 1, 3] = 2
-    candidates = (exact_NSD, clamped_NSD, ideal_N, with_workers)
+    candidates = (exact_NSD, clamped_NSD, ideal, with_workers)
     return choose(graph, candidates, pick, dtype=np.float64)
+
+
+def _per_step(ideal: np.ndarray, steps: int) -> np.ndarray:
+    """An ideal cost per op ``(N,)`` or per op and step ``(N, S)`` as ``(N, S)``."""
+    return ideal if ideal.ndim == 2 else np.broadcast_to(ideal[:, None], (ideal.size, steps))
