@@ -14,19 +14,23 @@ reason, never raised into the worker.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rankwatch.sim import (
     Analysis,
+    IdealCosts,
     JobMeta,
+    Measured,
     ModelError,
     OpGraph,
     Workspace,
-    analyse_measured,
+    analyse_each,
     infer_graph,
     measure_trace,
 )
-from rankwatch.sim.analysis import DIMENSIONS, WORTH_ATTRIBUTING
+from rankwatch.sim.analysis import DIMENSIONS, WORTH_ATTRIBUTING, ideal_per_node
+from rankwatch.sim.durations import joined
 from rankwatch.sim.ideal import StepSummary, summarise
 from rankwatch.streams.ops.assembly import AssembledStep
 from rankwatch.streams.ops.pipeline import StepAnalysis
@@ -55,15 +59,38 @@ class WhatIfAnalyser:
     the job's window once its graph is inferred from its next complete step."""
 
     def analyse(self, step: AssembledStep) -> StepAnalysis | None:
-        if step.partial:
-            return None
-        try:
-            return self._analyse(step)
-        except ModelError as exc:
-            self.skipped_steps += 1
-            self.unmodelled.setdefault(step.job, str(exc))
-            self._jobs.pop(step.job, None)  # re-infer from the next complete step
-            return None
+        return self.analyse_many([step])[0]
+
+    def analyse_many(self, steps: Sequence[AssembledStep]) -> list[StepAnalysis | None]:
+        """What :meth:`analyse` gives these steps one by one, in this order, number for
+        number: the consecutive steps of a job under one model are simulated in one pass
+        (:func:`~rankwatch.sim.analyse_each`), each against its own window's ideal. A
+        step the model cannot represent ends the pass before it, as it would one at a
+        time (its job's model is inferred again from the next complete step)."""
+        out: list[StepAnalysis | None] = [None] * len(steps)
+        run = _Run()
+        for k, step in enumerate(steps):
+            if step.partial:
+                continue
+            try:
+                model = self._model(step)
+                if run.model is not model:
+                    run.finish(out)
+                    run.model = model
+                measured = measure_trace(model.graph, step.trace)
+                model.window.put(step.step, summarise(model.graph, measured))
+                ideal = model.window.ideal(step.step)
+                ideal_per_node(model.graph, ideal)  # a ModelError here, not for the run
+            except ModelError as exc:
+                run.finish(out)
+                run.model = None
+                self.skipped_steps += 1
+                self.unmodelled.setdefault(step.job, str(exc))
+                self._jobs.pop(step.job, None)  # re-infer from the next complete step
+                continue
+            run.add(k, measured, ideal)
+        run.finish(out)
+        return out
 
     def restore(self, steps: list[AssembledStep]) -> None:
         """Refill the windows from steps analysed before a restart (not re-analysed)."""
@@ -111,19 +138,40 @@ class WhatIfAnalyser:
                 model.window.put(number, saved[number])
         return model
 
-    def _analyse(self, step: AssembledStep) -> StepAnalysis:
-        model = self._model(step)
-        measured = measure_trace(model.graph, step.trace)
-        model.window.put(step.step, summarise(model.graph, measured))
-        ideal = model.window.ideal(step.step)
-        result = analyse_measured(model.graph, measured, ideal, model.workspace)
-        slowdown = result.slowdown
-        return StepAnalysis(
-            t_sim=float(result.simulated_S[0]),
-            t_ideal=float(result.ideal_S[0]),
-            slowdown=slowdown,
-            attributions=_attributions(result) if slowdown >= WORTH_ATTRIBUTING else (),
-        )
+
+@dataclass
+class _Run:
+    """Steps of one job model gathered for one simulation pass."""
+
+    model: _JobModel | None = None
+    index: list[int] = field(default_factory=list)
+    measured: list[Measured] = field(default_factory=list)
+    ideals: list[IdealCosts] = field(default_factory=list)
+
+    def add(self, index: int, measured: Measured, ideal: IdealCosts) -> None:
+        self.index.append(index)
+        self.measured.append(measured)
+        self.ideals.append(ideal)
+
+    def finish(self, out: list[StepAnalysis | None]) -> None:
+        """Simulate the gathered steps and put each one's result at its index."""
+        if self.model is not None and self.index:
+            results = analyse_each(
+                self.model.graph, joined(self.measured), self.ideals, self.model.workspace
+            )
+            for k, result in zip(self.index, results, strict=True):
+                out[k] = _step_analysis(result)
+        self.index, self.measured, self.ideals = [], [], []
+
+
+def _step_analysis(result: Analysis) -> StepAnalysis:
+    slowdown = result.slowdown
+    return StepAnalysis(
+        t_sim=float(result.simulated_S[0]),
+        t_ideal=float(result.ideal_S[0]),
+        slowdown=slowdown,
+        attributions=_attributions(result) if slowdown >= WORTH_ATTRIBUTING else (),
+    )
 
 
 def _meta(step: AssembledStep) -> JobMeta:

@@ -50,9 +50,10 @@ class StepAnalysis:
 
 
 class StepAnalyser(Protocol):
-    """The seam for the what-if engine: one closed step in, its analysis out."""
+    """The seam for the what-if engine: closed steps in (in the order they closed),
+    each one's analysis out, as if they had come one at a time."""
 
-    def analyse(self, step: AssembledStep) -> StepAnalysis | None: ...
+    def analyse_many(self, steps: Sequence[AssembledStep]) -> list[StepAnalysis | None]: ...
 
 
 @dataclass
@@ -71,6 +72,13 @@ class Pipeline:
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     steps_analysed: int = 0
+    defer_ops: int = 0
+    """Closed steps wait, unanalysed, until their ops reach this many or
+    :meth:`take_closed` is called (0: each message's closed steps are analysed at once).
+    A worker takes them before each store: the steps of a job closed since the last
+    one share one simulation pass (the same numbers; under a backlog numpy's cost per
+    call is paid once a store, not once a step). The output of the message that closes
+    a step names it (``Output.steps``); its rows come with the take."""
 
     def __post_init__(self) -> None:
         self.assembler = StepAssembler(self.assembly)
@@ -80,6 +88,9 @@ class Pipeline:
         self._open_batches: dict[str, dict[int, set[tuple[int, int]]]] = {}
         """job -> open step -> (rank, batch_seq) of the batches stored for it."""
         self._rank_steps: dict[tuple[str, int], list[RankStep]] = {}
+        self._closed: list[AssembledStep] = []
+        """Closed steps not yet analysed, in the order they closed (:attr:`defer_ops`)."""
+        self._closed_ops = 0
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message (a batch, or a bundle of them); bad input becomes a
@@ -321,7 +332,10 @@ class Pipeline:
         return out
 
     def forget(self, job: str) -> None:
-        """Drop a job's state (its partition was revoked from this worker)."""
+        """Drop a job's state (its partition was revoked from this worker), its closed
+        steps not analysed yet included (their messages are not acknowledged)."""
+        self._closed = [step for step in self._closed if step.job != job]
+        self._closed_ops = sum(step.n_ops for step in self._closed)
         self.assembler.forget(job)
         self.jobs.forget(job)
         self.identity.forget(job)
@@ -342,23 +356,39 @@ class Pipeline:
         return self._rows_for(self.assembler.expire(now_ns), now_ns)
 
     def flush(self, now_ns: int) -> Output:
-        """Close every open step (end of replay or shutdown)."""
+        """Close every open step (end of replay or shutdown), and analyse every closed
+        step, deferred or not."""
         out = self._rows_for(self.assembler.flush(), now_ns)
+        out.extend(self.take_closed(now_ns))
         for row in self.jobs.unwritten():
             out.add("jobs", row)
         return out
 
     def _rows_for(self, closed: list[AssembledStep], now_ns: int) -> Output:
+        """The output of closing ``closed``: the steps, in step order per job, and the
+        rows of every closed step once :attr:`defer_ops` of their ops wait."""
         out = Output()
         for step in sorted(closed, key=lambda s: (s.job, s.step)):
-            analysis = self.analyser.analyse(step) if self.analyser else None
+            self._open_batches.get(step.job, {}).pop(step.step, None)
+            out.steps.append(step)
+            self._closed_ops += step.n_ops
+        self._closed.extend(out.steps)
+        if self._closed and self._closed_ops >= self.defer_ops:
+            out.extend(self.take_closed(now_ns))
+        return out
+
+    def take_closed(self, now_ns: int) -> Output:
+        """Rows, messages and alerts of the closed steps not analysed yet, analysed in
+        the order they closed (its ``steps`` are empty: each was named when it closed)."""
+        closed, self._closed, self._closed_ops = self._closed, [], 0
+        out = Output()
+        analyses = self.analyser.analyse_many(closed) if self.analyser else [None] * len(closed)
+        for step, analysis in zip(closed, analyses, strict=True):
             message = step_message(step, analysis)
             out.add("steps", step_row(message, now_ns))
             for row in attribution_rows(step, analysis.attributions if analysis else (), now_ns):
                 out.add("step_attribution", row)
-            out.steps.append(step)
             out.messages.append(("steps", step.job, message))
-            self._open_batches.get(step.job, {}).pop(step.step, None)
             self._signals(step, now_ns, out)
             job_row = self.jobs.due(step)
             if job_row is not None:

@@ -67,6 +67,10 @@ stored every closed step at once took 14-23% more CPU per record (benchmarks/REA
 (a large job's step end: 0.7-1 s of work) and clocks a few hundred ms apart do not
 count as a backlog."""
 
+DEFER_OPS = 1 << 18
+"""Closed steps are analysed before each store, those of a job since the last store in
+one simulation pass, or once their ops reach this many (262,144: a few MB of traces
+held, about one step of a 10,240-GPU job) (:attr:`Pipeline.defer_ops`)."""
 
 MAX_HELD_MESSAGES = 10_000
 MAX_HELD_BYTES = 64 * 1024 * 1024
@@ -203,6 +207,7 @@ class WorkerState:
             keep_ops=settings.keep_ops,
             slowdown=SlowdownDetector(settings.slowdown),
             max_message_bytes=settings.max_message_bytes,
+            defer_ops=DEFER_OPS,
         )
         self.delivery = Delivery.for_settings(settings, connect, settings.max_buffered_rows)
         self.acks: AckTracker[Any] = AckTracker()
@@ -546,6 +551,7 @@ class WorkerState:
         (None while the store backs off): :meth:`handover` right after it describes
         exactly these rows. Run ``delivery.run(round.flush)`` (in another thread if need
         be: the pipeline may take more messages meanwhile), then :meth:`end_store`."""
+        self._write(self.pipeline.take_closed(time.time_ns()))  # closed since the last
         flush = self.delivery.begin()
         if flush is None:
             return None
