@@ -8,7 +8,7 @@ Offline, over a whole trace::
 Online, per job (stream workers)::
 
     graph = infer_graph(first_complete_step, meta)      # once, cached per job
-    workspace = Workspace()                              # once per job: scratch memory
+    workspace = Workspace()                              # once per thread: scratch memory
     measured = measure_trace(graph, step_trace)          # each new complete step
     window = window.push(graph, measured)                # RollingIdeal, pure
     result = analyse_measured(graph, measured, window.ideal(), workspace)

@@ -3,8 +3,9 @@
 The simulator's time tables are its largest arrays (tens of MB for a 1,024-GPU step).
 Freshly allocated, each call pays for the kernel mapping and zeroing their pages,
 which costs about as much as the simulation itself. A stream worker analysing one
-step after another keeps a :class:`Workspace` per job (and thread) and passes it in;
-results never depend on it, only the time does.
+step after another keeps one :class:`Workspace` (per thread) for all its jobs and passes
+it in: it then holds what the largest pass needs, not the sum over jobs. Results never
+depend on it, only the time does.
 """
 
 from __future__ import annotations

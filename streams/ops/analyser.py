@@ -44,7 +44,6 @@ DEFAULT_WINDOW = 20
 class _JobModel:
     graph: OpGraph
     window: StepWindow
-    workspace: Workspace
 
 
 @dataclass
@@ -57,6 +56,9 @@ class WhatIfAnalyser:
     _saved: dict[str, dict[int, StepSummary]] = field(default_factory=dict)
     """job -> window summaries handed over by another worker (the changelog), put into
     the job's window once its graph is inferred from its next complete step."""
+    _workspace: Workspace = field(default_factory=Workspace)
+    """Scratch memory of every job's passes (one thread analyses): what it holds is
+    bounded by the largest pass, not by the number of jobs times theirs."""
 
     def analyse(self, step: AssembledStep) -> StepAnalysis | None:
         return self.analyse_many([step])[0]
@@ -68,7 +70,7 @@ class WhatIfAnalyser:
         step the model cannot represent ends the pass before it, as it would one at a
         time (its job's model is inferred again from the next complete step)."""
         out: list[StepAnalysis | None] = [None] * len(steps)
-        run = _Run()
+        run = _Run(workspace=self._workspace)
         for k, step in enumerate(steps):
             if step.partial:
                 continue
@@ -131,7 +133,6 @@ class WhatIfAnalyser:
             model = self._jobs[step.job] = _JobModel(
                 graph=infer_graph(step.trace, _meta(step)),
                 window=StepWindow(self.window),
-                workspace=Workspace(),
             )
             saved = self._saved.pop(step.job, {})
             for number in sorted(saved):
@@ -143,6 +144,7 @@ class WhatIfAnalyser:
 class _Run:
     """Steps of one job model gathered for one simulation pass."""
 
+    workspace: Workspace
     model: _JobModel | None = None
     index: list[int] = field(default_factory=list)
     measured: list[Measured] = field(default_factory=list)
@@ -157,7 +159,7 @@ class _Run:
         """Simulate the gathered steps and put each one's result at its index."""
         if self.model is not None and self.index:
             results = analyse_each(
-                self.model.graph, joined(self.measured), self.ideals, self.model.workspace
+                self.model.graph, joined(self.measured), self.ideals, self.workspace
             )
             for k, result in zip(self.index, results, strict=True):
                 out[k] = _step_analysis(result)

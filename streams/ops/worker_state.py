@@ -67,10 +67,11 @@ stored every closed step at once took 14-23% more CPU per record (benchmarks/REA
 (a large job's step end: 0.7-1 s of work) and clocks a few hundred ms apart do not
 count as a backlog."""
 
-DEFER_OPS = 1 << 18
+DEFER_OPS = 1 << 16
 """Closed steps are analysed before each store, those of a job since the last store in
-one simulation pass, or once their ops reach this many (262,144: a few MB of traces
-held, about one step of a 10,240-GPU job) (:attr:`Pipeline.defer_ops`)."""
+one simulation pass, or once their ops reach this many (:attr:`Pipeline.defer_ops`):
+65,536 ops bound the traces held and a pass's arrays to a few MB (26 steps of the SE
+trace; a 1,024-GPU job's step is larger and goes alone, as before)."""
 
 MAX_HELD_MESSAGES = 10_000
 MAX_HELD_BYTES = 64 * 1024 * 1024
