@@ -13,6 +13,7 @@ reason, never raised into the worker.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from rankwatch.sim.ideal import StepSummary, summarise
 from rankwatch.streams.ops.assembly import AssembledStep
 from rankwatch.streams.ops.pipeline import StepAnalysis
 from rankwatch.streams.ops.window import StepWindow
+
+log = logging.getLogger("rankwatch.analyser")
 
 DEFAULT_WINDOW = 20
 """Steps in the rolling window the ideal costs come from."""
@@ -68,31 +71,57 @@ class WhatIfAnalyser:
         number: the consecutive steps of a job under one model are simulated in one pass
         (:func:`~rankwatch.sim.analyse_each`), each against its own window's ideal. A
         step the model cannot represent ends the pass before it, as it would one at a
-        time (its job's model is inferred again from the next complete step)."""
+        time (its job's model is inferred again from the next complete step). Nothing
+        is raised: a step or pass that fails otherwise (a bug) is logged, counted and
+        left unanalysed, and its job's model dropped, as for a step the model refuses."""
         out: list[StepAnalysis | None] = [None] * len(steps)
-        run = _Run(workspace=self._workspace)
+        run = _Run()
         for k, step in enumerate(steps):
             if step.partial:
                 continue
             try:
                 model = self._model(step)
                 if run.model is not model:
-                    run.finish(out)
+                    self._finish(run, steps, out)
                     run.model = model
                 measured = measure_trace(model.graph, step.trace)
                 model.window.put(step.step, summarise(model.graph, measured))
                 ideal = model.window.ideal(step.step)
                 ideal_per_node(model.graph, ideal)  # a ModelError here, not for the run
-            except ModelError as exc:
-                run.finish(out)
-                run.model = None
-                self.skipped_steps += 1
-                self.unmodelled.setdefault(step.job, str(exc))
-                self._jobs.pop(step.job, None)  # re-infer from the next complete step
+            except Exception as exc:
+                self._finish(run, steps, out)
+                self._skip(step.job, exc, 1)
                 continue
             run.add(k, measured, ideal)
-        run.finish(out)
+        self._finish(run, steps, out)
         return out
+
+    def _finish(
+        self, run: _Run, steps: Sequence[AssembledStep], out: list[StepAnalysis | None]
+    ) -> None:
+        """Simulate the run's steps and put each one's result at its index."""
+        index, measured, ideals = run.take()
+        if run.model is None or not index:
+            return
+        try:
+            results = analyse_each(run.model.graph, joined(measured), ideals, self._workspace)
+        except Exception as exc:
+            self._skip(steps[index[0]].job, exc, len(index))
+            run.model = None
+            return
+        for k, result in zip(index, results, strict=True):
+            out[k] = _step_analysis(result)
+
+    def _skip(self, job: str, exc: Exception, count: int) -> None:
+        """``count`` steps of ``job`` not analysed; its model is inferred again."""
+        if isinstance(exc, ModelError):
+            why = str(exc)
+        else:
+            log.error("job %s: the what-if failed on %d step(s)", job, count, exc_info=exc)
+            why = f"the what-if failed: {exc!r}"
+        self.skipped_steps += count
+        self.unmodelled.setdefault(job, why)
+        self._jobs.pop(job, None)
 
     def restore(self, steps: list[AssembledStep]) -> None:
         """Refill the windows from steps analysed before a restart (not re-analysed)."""
@@ -144,7 +173,6 @@ class WhatIfAnalyser:
 class _Run:
     """Steps of one job model gathered for one simulation pass."""
 
-    workspace: Workspace
     model: _JobModel | None = None
     index: list[int] = field(default_factory=list)
     measured: list[Measured] = field(default_factory=list)
@@ -155,15 +183,11 @@ class _Run:
         self.measured.append(measured)
         self.ideals.append(ideal)
 
-    def finish(self, out: list[StepAnalysis | None]) -> None:
-        """Simulate the gathered steps and put each one's result at its index."""
-        if self.model is not None and self.index:
-            results = analyse_each(
-                self.model.graph, joined(self.measured), self.ideals, self.workspace
-            )
-            for k, result in zip(self.index, results, strict=True):
-                out[k] = _step_analysis(result)
+    def take(self) -> tuple[list[int], list[Measured], list[IdealCosts]]:
+        """The gathered steps (their indexes, measures and ideals), the run emptied."""
+        taken = self.index, self.measured, self.ideals
         self.index, self.measured, self.ideals = [], [], []
+        return taken
 
 
 def _step_analysis(result: Analysis) -> StepAnalysis:

@@ -140,3 +140,44 @@ def test_many_at_once_equals_one_at_a_time() -> None:
     assert many.unmodelled == one.unmodelled
     for job in ("a", "b"):
         assert many.summaries(job).keys() == one.summaries(job).keys()
+
+
+def test_a_failing_pass_leaves_its_steps_unanalysed_and_the_next_ones_analysed(
+    monkeypatch, caplog
+) -> None:
+    """A bug in the what-if is logged and counted, never raised into the worker (whose
+    store would otherwise fail on every try): the steps get rows without figures."""
+    from rankwatch.streams.ops import analyser as analyser_module
+
+    steps = steps_of("a", 5)
+    analyser = WhatIfAnalyser(window=4)
+    real = analyser_module.analyse_each
+
+    def broken_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(analyser_module, "analyse_each", real)
+        raise FloatingPointError("injected")
+
+    monkeypatch.setattr(analyser_module, "analyse_each", broken_once)
+    first = analyser.analyse_many(steps[:4])
+    assert first == [None] * 4
+    assert analyser.skipped_steps == 4
+    assert "the what-if failed: FloatingPointError('injected')" in analyser.unmodelled["a"]
+    assert "the what-if failed on 4 step(s)" in caplog.text
+    later = analyser.analyse_many(steps[4:])
+    assert all(r is not None for r in later)  # the model inferred again
+
+
+def test_a_step_that_fails_before_its_pass_is_skipped_alone(monkeypatch) -> None:
+    from rankwatch.streams.ops import analyser as analyser_module
+
+    steps = steps_of("a", 5)
+    real = analyser_module.measure_trace
+
+    def fails_on_step_2(graph, trace):  # type: ignore[no-untyped-def]
+        if int(trace.step[0]) == steps[2].step:
+            raise IndexError("injected")
+        return real(graph, trace)
+
+    monkeypatch.setattr(analyser_module, "measure_trace", fails_on_step_2)
+    got = WhatIfAnalyser(window=4).analyse_many(steps)
+    assert [r is None for r in got] == [False, False, True] + [False] * (len(steps) - 3)
