@@ -184,7 +184,9 @@ def shell(batches: list[ReplayedBatch], work: Path, repeat: int = 3) -> dict[str
     (decode, checks, assembly, what-if, rows, acknowledgements, a store into chDB when a
     step closes or the 1-s tick is due, the jobstate messages encoded) without Kafka and
     faust, so the two cases' ratio is what the consumer costs. Median and range of
-    ``repeat`` runs, each into a fresh chDB directory; CPU includes chDB's threads."""
+    ``repeat`` runs, each into a fresh chDB directory; CPU includes chDB's threads.
+    "of which what-if" is part of "store": the worker analyses the steps closed since
+    its last store before each store (it was part of "take in" before that)."""
     from rankwatch.streams.ops.worker_state import WorkerSettings, WorkerState, first_batch
 
     encoded = _encoded(batches)
@@ -249,17 +251,18 @@ class _Laps:
 
 
 def _time_analyses(analyser: Any, spent: dict[str, float]) -> None:
-    """Add the wall time of each step's what-if to ``spent`` (this instance only)."""
-    analyse = analyser.analyse
+    """Add the wall time of the what-if to ``spent`` (this instance only): the
+    pipeline's seam, ``analyse_many`` (a message's closed steps, or a store's)."""
+    analyse_many = analyser.analyse_many
 
-    def timed(step: Any) -> Any:
+    def timed(steps: Any) -> Any:
         t = time.perf_counter()
         try:
-            return analyse(step)
+            return analyse_many(steps)
         finally:
             spent["of which what-if"] += time.perf_counter() - t
 
-    analyser.analyse = timed
+    analyser.analyse_many = timed
 
 
 def _settle(state: Any) -> None:
