@@ -243,16 +243,14 @@ def _analyse(
         "rank.",
     )
     scored = []
-    fixed_SPD = np.zeros(
-        (1 if ideal.ndim == 1 else exact.shape[1], graph.pp_size, graph.dp_size), bool
-    )
+    fixed_SPD = np.zeros((exact.shape[1], graph.pp_size, graph.dp_size), bool)
     for which, _ in parts:
         attribution = _attribution(graph, groups, t_XS[1:, which], t_dp[:, which])
         ideal_S = t_XS[0, which].astype(np.float64)
         worker = _worker_scores(attribution, ideal_S, graph)
         top = _top_workers(worker)
         for d, p in top:
-            fixed_SPD[which if ideal.ndim == 2 else 0, p, d] = True
+            fixed_SPD[which, p, d] = True
         scored.append((attribution, ideal_S, worker, top))
     replay, simulated, *fixed = _recorded(graph, measured, ideal, fixed_SPD, workspace)
     out = []
@@ -288,13 +286,13 @@ def _recorded(
     workspace: Workspace | None,
 ) -> np.ndarray:
     """Float64 step times ``(4, S)``: the replay (recorded costs and launch delays, not
-    clamped), T (launch delays 0), T with the workers of ``fixed_SPD`` fixed (per step,
-    or ``(1, P, D)`` for all), with the last stage fixed."""
+    clamped), T (launch delays 0), T with the workers of ``fixed_SPD`` fixed (per step),
+    with the last stage fixed."""
     exact = measured.exact_cost_NSD
 
     def costs(steps: slice) -> Costs:
         chunk = exact[:, steps]
-        fix = fixed_SPD if fixed_SPD.shape[0] == 1 else fixed_SPD[steps]
+        fix = fixed_SPD[steps]
         return recorded_costs(graph, chunk, _clamped(exact, steps), _of(ideal, steps), fix)
 
     def delay(steps: slice) -> np.ndarray:

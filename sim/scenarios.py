@@ -111,9 +111,9 @@ def recorded_costs(
     fixed_SPD: np.ndarray,
 ) -> Costs:
     """Four float64 scenarios of recorded costs: as measured (the replay, which must
-    hit the recorded times), clamped at 0 (T), and T with fixes: the workers (stage,
-    dp_rank) ideal where ``fixed_SPD`` (per step, or ``(1, P, D)`` for all) (M_W), the
-    last stage ideal (M_S). ``ideal``: per op ``(N,)``, or per op and step ``(N, S)``."""
+    hit the recorded times), clamped at 0 (T), and T with fixes: the workers ideal
+    where ``fixed_SPD[step, stage, dp_rank]`` (M_W), the last stage ideal (M_S).
+    ``ideal``: per op ``(N,)``, or per op and step ``(N, S)``."""
     fix_NSD = fixed_SPD[:, graph.stage].transpose(1, 0, 2)
     ideal_NSD = _per_step(ideal, exact_NSD.shape[1])[:, :, None]
     with_workers = np.where(fix_NSD, ideal_NSD, clamped_NSD)
