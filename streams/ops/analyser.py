@@ -64,6 +64,7 @@ class WhatIfAnalyser:
     bounded by the largest pass, not by the number of jobs times theirs."""
 
     def analyse(self, step: AssembledStep) -> StepAnalysis | None:
+        """One closed step's analysis (None: partial, or not analysable)."""
         return self.analyse_many([step])[0]
 
     def analyse_many(self, steps: Sequence[AssembledStep]) -> list[StepAnalysis | None]:
