@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import table_row
 from rankwatch.schemas.topics import DEAD_LETTER_HEADERS
 from rankwatch.streams.kit.times import utc
@@ -61,6 +64,40 @@ def dead_letter_row(
         offset=source.offset,
         key=(source.key or b"").decode("utf-8", "replace"),
         reason=reason,
+        detail=detail[:1000],
+        payload=data[:PAYLOAD_BYTES].decode("utf-8", "replace"),
+        payload_bytes=len(data),
+    )
+
+
+STORE_REFUSED = "store-refused"
+"""The reason of a row the store refused for what it holds (``dead_letters.reason``)."""
+
+
+def refused_row_letter(table: str, item: Any, detail: str, now_ns: int) -> dict[str, Any]:
+    """The ``dead_letters`` row of one row the store refused (an op batch, for ``ops``):
+    its topic is ``store:<table>``, its payload the row as JSON (a batch: its header and
+    size), its key the job it names."""
+    if isinstance(item, OpBatch):
+        body: Any = {
+            "job": item.job,
+            "rank": item.rank,
+            "batch_seq": item.batch_seq,
+            "steps": list(item.step_span),
+            "records": len(item),
+        }
+        job = item.job
+    else:
+        body, job = dict(item), str(item.get("job", ""))
+    data = orjson.dumps(body, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
+    return table_row(
+        "dead_letters",
+        time=utc(now_ns),
+        topic=f"store:{table}",
+        partition=-1,
+        offset=-1,
+        key=job,
+        reason=STORE_REFUSED,
         detail=detail[:1000],
         payload=data[:PAYLOAD_BYTES].decode("utf-8", "replace"),
         payload_bytes=len(data),

@@ -7,12 +7,18 @@ for ClickHouse and messages for Kafka. :class:`Delivery` holds both and keeps th
 - **rows first**: a message is published only after every row buffered before it is
   stored, so what automation hears of is always in the store (a kill between the two
   makes the restarted worker announce it again, never the reverse);
-- **retry with backoff**: a store that fails with a transient error (connection lost,
-  chDB path held) is retried after 0.25 s, doubling to 30 s; the buffer and the held
-  messages are kept meanwhile, and :attr:`Delivery.full` tells the shell to stop
-  consuming (back-pressure) rather than grow without bound;
-- **a table the store rejects for good** (its rows do not fit it) has its buffered rows
-  dropped, counted and logged: retrying cannot help, and the other tables go on;
+- **a failing store is waited out**: a store that fails (connection lost, disk full,
+  read-only, over quota, busy, a table that does not match the rows: any error but a
+  refusal, :mod:`~rankwatch.streams.kit.store_errors`) is retried after 0.25 s,
+  doubling to 30 s; the buffer and the held messages are kept meanwhile, nothing they
+  feed is acknowledged or announced, :attr:`Delivery.failing` makes the worker's health
+  red with the reason, and :attr:`Delivery.full` tells the shell to stop consuming
+  (back-pressure) rather than grow without bound;
+- **rows the store refuses** for what they hold are narrowed down to the rows refused
+  alone while the store takes the rest (:meth:`TableSink.isolate`), and each becomes a
+  ``dead_letters`` row (reason ``store-refused``), counted and logged; only once those
+  are stored does the flush go on. A store that refuses a table's every row is failing,
+  not refusing: see :data:`MAX_REFUSED`;
 - **a send that fails** puts its publications back, first in line for the next try;
 - **sent alerts are recorded** (``announced``) once the broker has them, for workers
   that re-announce after a restart what was stored but never recorded as sent
@@ -39,24 +45,32 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rankwatch.schemas.codec import InvalidMessage, decode, encode
+from rankwatch.streams.kit.deadletter import refused_row_letter
 from rankwatch.streams.kit.output import Output, Publication
 from rankwatch.streams.kit.restart import announced_row
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.sink import TableSink
-from rankwatch.streams.kit.store import Store, StoreError
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.kit.store_errors import StoreError
 
 log = logging.getLogger("rankwatch.delivery")
 T = TypeVar("T")
 
 FIRST_BACKOFF_S = 0.25
 MAX_BACKOFF_S = 30.0
+MAX_REFUSED = 64
+"""Rows of one table one flush may refuse, each alone, as dead letters. Past that the
+table, not its rows, is taken to be at fault (a column changed under the worker, a
+constraint added): a failure, waited out with every row kept, rather than a flush's worth
+of dead letters."""
 
 
 @dataclass
 class DeliveryCounters:
     flushes: int = 0
     store_failures: int = 0
-    rows_dropped: int = 0
+    rows_refused: int = 0
+    """Rows the store refused for what they hold, stored as dead letters instead."""
     published: int = 0
     send_failures: int = 0
     recorded_sent: int = 0
@@ -79,9 +93,9 @@ class Flush:
     never reads it while the flush runs."""
     stored: bool = False
     error: StoreError | None = None
-    """Why it did not store everything (a transient failure, or one without a table)."""
-    dropped: list[tuple[str, int, StoreError]] = field(default_factory=list)
-    """(table, rows, why) given up because the store rejects them for good."""
+    """Why it did not store everything: the store failed (everything is kept)."""
+    refused: list[tuple[str, int, str]] = field(default_factory=list)
+    """(table, rows, why) the store refused, stored as dead letters instead."""
     seconds: float = 0.0
 
 
@@ -120,6 +134,8 @@ class Delivery:
         self._flying: Flush | None = None
         """The flush begun and not ended yet."""
         self._connecting = threading.Lock()
+        self.failing = False
+        """Whether the latest store call failed (until one succeeds): health is red."""
 
     @classmethod
     def for_settings(
@@ -174,14 +190,16 @@ class Delivery:
         return max(0.0, self._retry_at - self.clock())
 
     def failed(self, exc: StoreError) -> None:
-        """A store call failed: back off when waiting may help, else raise it."""
+        """A store call failed: keep everything and back off, whatever the error (only
+        a refusal of rows, which :meth:`run` settles, gives anything up). An error that
+        waiting is not expected to cure is logged as an error: someone must act."""
         self.counters.store_failures += 1
         self.last_error = str(exc)
-        if not exc.transient:
-            raise exc
+        self.failing = True
         self._delay_s = min(max(2 * self._delay_s, FIRST_BACKOFF_S), MAX_BACKOFF_S)
         self._retry_at = self.clock() + self._delay_s
-        log.warning("store unavailable, retry in %.2fs: %s", self._delay_s, exc)
+        level = logging.WARNING if exc.transient else logging.ERROR
+        log.log(level, "store failing, nothing given up, retry in %.2fs: %s", self._delay_s, exc)
 
     # -- rows and messages ---------------------------------------------------------------
 
@@ -212,6 +230,17 @@ class Delivery:
                 continue
             sent += 1
         return sent
+
+    def discard(self) -> int:
+        """Drop every row buffered and the messages waiting for them (a flush running is
+        left to end; messages of rows already stored still go out): what a worker holds
+        for partitions it lost, whose next owner stores them from the messages it
+        re-reads. Returns how many rows went."""
+        rows = self.sink.detach().pending
+        self._held, self.oldest_unstored = [], None
+        if rows:
+            log.warning("%d rows of lost partitions discarded, not stored", rows)
+        return rows
 
     @property
     def pending(self) -> int:
@@ -252,23 +281,40 @@ class Delivery:
 
     def run(self, flush: Flush) -> None:
         """Insert ``flush``'s rows, connecting first if need be: the part that waits on
-        the store, and the only one that may run in another thread. Failures are kept on
-        ``flush`` for :meth:`end`; a table the store rejects for good is given up and the
-        others go on."""
+        the store, and the only one that may run in another thread. A failure is kept on
+        ``flush`` for :meth:`end`, every row with it; rows the store refuses become dead
+        letters (:meth:`_refuse`) and the rest goes on."""
         rows = flush.rows
+        started = self.clock()
         while True:
             try:
                 rows.store = self.store()
-                started = self.clock()
                 rows.flush()
                 flush.seconds = self.clock() - started
                 flush.stored = True
                 return
             except StoreError as exc:
-                if exc.transient or rows.failed_table is None:
+                table = rows.failed_table
+                if not exc.refused or table is None:
                     flush.error = exc
                     return
-                flush.dropped.append((rows.failed_table, rows.drop(rows.failed_table), exc))
+                try:
+                    flush.refused.append(self._refuse(rows, table))
+                except StoreError as failure:  # the store fails meanwhile: keep it all
+                    flush.error = failure
+                    return
+
+    def _refuse(self, rows: TableSink, table: str) -> tuple[str, int, str]:
+        """Store ``table``'s rows but those refused alone, and those as dead letters;
+        raises StoreError (everything kept) when the store fails meanwhile, or refuses
+        more than :data:`MAX_REFUSED` of them."""
+        refused = rows.isolate(table, MAX_REFUSED)
+        now = self.wall_ns()
+        letters = [refused_row_letter(table, item, str(why), now) for item, why in refused]
+        assert rows.store is not None
+        rows.store.insert("dead_letters", letters)
+        rows.discard(table, [item for item, _ in refused])
+        return table, len(refused), str(refused[0][1]) if refused else ""
 
     def end(self, flush: Flush) -> bool:
         """Settle ``flush`` (on the worker's thread): True when it stored everything it
@@ -276,11 +322,9 @@ class Delivery:
         of those buffered since, and the store backs off, or the error is raised when
         waiting cannot help."""
         self._flying = None
-        for table, n, exc in flush.dropped:
-            self.counters.rows_dropped += n
-            self.counters.store_failures += 1
-            self.last_error = str(exc)
-            log.error("dropped %d %s rows the store rejects for good: %s", n, table, exc)
+        for table, n, why in flush.refused:
+            self.counters.rows_refused += n
+            log.warning("%d %s rows the store refused stored as dead letters: %s", n, table, why)
         if not flush.stored:
             self.sink.put_back(flush.rows)
             self._held[:0] = flush.held
@@ -291,6 +335,9 @@ class Delivery:
             return False
         self.flush_s = max(self.flush_s, flush.seconds)
         self._delay_s, self._retry_at = 0.0, 0.0
+        if self.failing:
+            log.info("store taking rows again")
+        self.failing = False
         self.counters.flushes += 1
         self._ready += flush.held
         return True
@@ -350,6 +397,7 @@ class Delivery:
             "held_messages": len(self._held),
             "ready_messages": len(self._ready),
             "store_connected": self.connected,
+            "store_failing": self.failing,
             "store_retry_in_s": round(self.retry_in(), 3),
             "sink_lag_s": round(self.sink_lag_s(), 3),
             "flush_s": round(self.flush_s, 3),

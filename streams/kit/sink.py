@@ -18,7 +18,8 @@ from typing import Any
 
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.streams.kit.output import Output
-from rankwatch.streams.kit.store import Store, StoreError
+from rankwatch.streams.kit.store import Store
+from rankwatch.streams.kit.store_errors import StoreError
 
 _LAST = ("steps", "detector_state")
 """Rows that mark progress (a stored step; a detector's snapshot, which lets its
@@ -98,12 +99,55 @@ class TableSink:
         self._op_records += taken._op_records
         taken._buffer, taken._ops, taken._op_records = {}, [], 0
 
-    def drop(self, table: str) -> int:
-        """Give up on a table's buffered rows (the store rejects them for good)."""
+    def isolate(self, table: str, limit: int) -> list[tuple[Any, StoreError]]:
+        """The rows of ``table`` the store refuses, each with why, after inserting all
+        the others: the batch whose insert was refused is split in halves, and each half
+        again while it is refused, down to the rows refused alone. Nothing is taken out
+        of the buffer (:meth:`discard` does, once the refused rows are dead letters).
+
+        Raises :class:`StoreError` when an insert fails for another reason than the
+        rows (the store is failing: every row stays buffered for the retry), or when more
+        than ``limit`` rows are refused alone (then the table, not its rows, is at fault).
+        Rows of ``ops`` are op batches, refused a batch at a time."""
+        assert self.store is not None
+        store, refused = self.store, []
+        insert = store.insert_ops if table == "ops" else lambda rows: store.insert(table, rows)
+        items: list[Any] = list(self._ops if table == "ops" else self._buffer.get(table, []))
+
+        def attempt(part: list[Any]) -> None:
+            try:
+                insert(part)
+            except StoreError as exc:
+                if not exc.refused:
+                    raise
+                if len(part) > 1:
+                    half = len(part) // 2
+                    attempt(part[:half])
+                    attempt(part[half:])
+                    return
+                refused.append((part[0], exc))
+                if len(refused) > limit:
+                    raise StoreError(
+                        f"{table} refuses more than {limit} rows, each alone: the table does"
+                        f" not take them ({exc})"
+                    ) from exc
+
+        half = len(items) // 2  # the whole batch was refused already
+        for part in (items[:half], items[half:]) if half else (items,):
+            attempt(part)
+        return refused
+
+    def discard(self, table: str, refused: list[Any]) -> None:
+        """Take ``table``'s buffered rows out once :meth:`isolate` stored the good ones
+        and the ``refused`` ones are dead letters; the good ones are counted written."""
         if table == "ops":
-            n, self._ops, self._op_records = self._op_records, [], 0
-            return n
-        return len(self._buffer.pop(table, []))
+            n = self._op_records - sum(len(batch) for batch in refused)
+            self._ops, self._op_records = [], 0
+        else:
+            n = len(self._buffer.pop(table, [])) - len(refused)
+        self._count(table, n)
+        if self.failed_table == table:
+            self.failed_table = None
 
     def _count(self, table: str, n: int) -> None:
         self.rows_written[table] = self.rows_written.get(table, 0) + n

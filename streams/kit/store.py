@@ -39,6 +39,7 @@ from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import Repeated, ops_columns
 from rankwatch.streams.kit.housekeeping import DEFAULT_NICE, Housekeeping
 from rankwatch.streams.kit.settings import DEFAULT_TIMEOUT_S
+from rankwatch.streams.kit.store_errors import StoreError, store_error, why
 
 DEFAULT_DATABASE = "rankwatch"
 LOCK_FILE = "rankwatch.lock"
@@ -49,20 +50,6 @@ _MEMORY = ("", "memory", ":memory:")
 
 ColumnValues = Sequence[Any] | np.ndarray | Repeated
 """One column of an insert."""
-
-
-class StoreError(RuntimeError):
-    """ClickHouse unreachable, a chDB path held by another process, a failed statement
-    or an insert that does not fit its table.
-
-    ``transient`` is True when waiting may help (connection lost or refused, path held
-    by another process): a worker retries those with backoff. Otherwise the statement or
-    the data is at fault and a retry would fail the same way.
-    """
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
 
 
 CONNECT_TIMEOUT_S = 10.0
@@ -158,10 +145,10 @@ class Store:
         except Exception as exc:
             if lock:
                 lock.release()
-            why = _why(exc)
-            if "already initialized with path" in why:
-                why = f"this process already has chDB open at another path ({why})"
-            raise StoreError(f"cannot open chDB at {path or ':memory:'}: {why}") from exc
+            text = why(exc)
+            if "already initialized with path" in text:
+                text = f"this process already has chDB open at another path ({text})"
+            raise StoreError(f"cannot open chDB at {path or ':memory:'}: {text}") from exc
         where = f"chdb://{path or 'memory'}"
         return cls(client, database, lock, where, Housekeeping(nice))._created()
 
@@ -181,9 +168,7 @@ class Store:
                 send_receive_timeout=timeout_s,
             )
         except Exception as exc:
-            raise StoreError(
-                f"cannot reach ClickHouse at {where}: {_why(exc)}", transient=_transient(exc)
-            ) from exc
+            raise store_error(f"cannot reach ClickHouse at {where}", exc) from exc
         return cls(client, database, None, where)._created()
 
     def _created(self) -> Store:
@@ -317,9 +302,7 @@ class Store:
             with self._serial:
                 self._send_insert(table, known, columns, arrow, settings)
         except Exception as exc:
-            raise StoreError(
-                f"insert into {table} at {self.where}: {_why(exc)}", transient=_transient(exc)
-            ) from exc
+            raise store_error(f"insert into {table} at {self.where}", exc) from exc
         if self.housekeeping is not None:  # inserts are what start merges
             self.housekeeping()
 
@@ -371,9 +354,7 @@ class Store:
                 result = self._client.query(sql, parameters=dict(parameters or {}))
                 return list(result.named_results())
         except Exception as exc:
-            raise StoreError(
-                f"query at {self.where}: {_why(exc)}", transient=_transient(exc)
-            ) from exc
+            raise store_error(f"query at {self.where}", exc) from exc
 
     def _run(self, statement: str, use_database: bool = True) -> None:
         if self._client is None:
@@ -384,10 +365,7 @@ class Store:
                     self._use_database()
                 self._client.command(statement)
         except Exception as exc:
-            raise StoreError(
-                f"{statement.splitlines()[0]} at {self.where}: {_why(exc)}",
-                transient=_transient(exc),
-            ) from exc
+            raise store_error(f"{statement.splitlines()[0]} at {self.where}", exc) from exc
 
     def _use_database(self) -> None:
         if self._client.database != self.database:
@@ -465,7 +443,8 @@ def _arrow_array(column: Column, values: ColumnValues) -> Any | None:
     try:
         return _arrow_of_numpy(pa, column, values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:  # out of range, bad type
-        raise StoreError(f"column {column.name} ({column.type}): {_why(exc)}") from exc
+        # a value out of its column's range, or of another type: the rows are at fault
+        raise StoreError(f"column {column.name} ({column.type}): {why(exc)}", refused=True) from exc
 
 
 def _arrow_of_numpy(pa: Any, column: Column, values: np.ndarray) -> Any | None:
@@ -525,43 +504,6 @@ def _identifier(name: str) -> str:
     if not _IDENTIFIER.match(name):
         raise StoreError(f"{name!r} is not a plain ClickHouse identifier")
     return name
-
-
-SERVER_BUSY_CODES: frozenset[int] = frozenset(
-    {159, 201, 202, 203, 209, 210, 241, 242, 244, 252, 279, 285, 289, 319, 369, 394, 439}
-    | {745, 999}
-)
-"""ClickHouse error codes that say the server cannot take a statement *now*, not that the
-statement or its data is wrong: waiting helps. By name (the engine's own
-``errorCodeToName``): TIMEOUT_EXCEEDED, QUOTA_EXCEEDED, TOO_MANY_SIMULTANEOUS_QUERIES,
-NO_FREE_CONNECTION, SOCKET_TIMEOUT, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED,
-TABLE_IS_READ_ONLY, UNEXPECTED_ZOOKEEPER_ERROR, TOO_MANY_PARTS,
-ALL_CONNECTION_TRIES_FAILED, TOO_FEW_LIVE_REPLICAS, REPLICA_IS_NOT_IN_QUORUM,
-UNKNOWN_STATUS_OF_INSERT, ALL_REPLICAS_ARE_STALE, QUERY_WAS_CANCELLED (a server shutting
-down), CANNOT_SCHEDULE_TASK, SERVER_OVERLOADED, KEEPER_EXCEPTION. A server under insert
-load answers TOO_MANY_PARTS: taken for a rejection of the rows, it cost the worker a
-flush's rows for good (the delivery drops what the store refuses for good)."""
-
-_GATEWAY = re.compile(r"HTTP status 50[234]\b")
-"""A proxy in front of the server (502, 503, 504) answering for it."""
-
-
-def _transient(exc: BaseException) -> bool:
-    """Whether waiting may help: the connection failed (clickhouse-connect's
-    OperationalError, which also covers its own retries of 429, 503 and 504), the server
-    said it is busy (:data:`SERVER_BUSY_CODES`), or a proxy answered 5xx for it. Not an
-    error in the statement or the data."""
-    from clickhouse_connect.driver.exceptions import OperationalError
-
-    if isinstance(exc, OperationalError | ConnectionError | TimeoutError):
-        return True
-    # clickhouse-connect sets ``code`` on its errors, over HTTP and from chDB alike
-    return getattr(exc, "code", None) in SERVER_BUSY_CODES or bool(_GATEWAY.search(str(exc)))
-
-
-def _why(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:500] or type(exc).__name__
 
 
 class _PathLock:

@@ -4,19 +4,28 @@ demand. Integration tests use the real chDB store."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rankwatch.streams.kit.store import StoreError
+from rankwatch.streams.kit.store_errors import StoreError
 
 
 class MemoryStore:
-    """Records inserts in order; fails (transiently) while ``down``, and for good on the
-    tables in ``rejects``."""
+    """Records inserts in order. While ``down`` every call fails as a lost connection
+    does; while ``full`` every insert fails as a full disk does (not transient, not a
+    refusal); a row for which ``refuses(table, row)`` holds is refused, and with it the
+    insert it is in, as the engine refuses a batch with one bad value."""
 
-    def __init__(self, *, down: bool = False, rejects: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        down: bool = False,
+        full: bool = False,
+        refuses: Callable[[str, Mapping[str, Any]], bool] | None = None,
+    ) -> None:
         self.down = down
-        self.rejects = set(rejects)
+        self.full = full
+        self.refuses = refuses or (lambda table, row: False)
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.order: list[str] = []
         """Tables in the order their inserts arrived."""
@@ -33,8 +42,10 @@ class MemoryStore:
 
     def insert(self, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
         self._check()
-        if table in self.rejects:
-            raise StoreError(f"{table}: rows do not fit the table")
+        if self.full:
+            raise StoreError(f"insert into {table}: Code: 243. NOT_ENOUGH_SPACE")
+        if any(self.refuses(table, row) for row in rows):
+            raise StoreError(f"insert into {table}: Code: 469. VIOLATED_CONSTRAINT", refused=True)
         self.order.append(table)
         self.rows.setdefault(table, []).extend(dict(r) for r in rows)
 

@@ -1,7 +1,7 @@
 """The kit's delivery, which every worker uses: rows stored before their messages are
-released, transient failures retried with a growing delay and no store calls meanwhile,
-a table rejected for good dropped and counted while the rest goes on, a failed send
-first in line next time, and the record of sent alerts."""
+released, failures retried with a growing delay and no store calls meanwhile, nothing given up
+but the rows the store refuses alone (dead letters), a failed send first in line next
+time, and the record of sent alerts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import asyncio
 import threading
 from typing import Any
 
+import orjson
 import pytest
 from support.memstore import MemoryStore
 
@@ -17,6 +18,7 @@ from rankwatch.schemas.examples import example
 from rankwatch.streams.kit.delivery import (
     FIRST_BACKOFF_S,
     MAX_BACKOFF_S,
+    MAX_REFUSED,
     Delivery,
     flush_in_thread,
 )
@@ -67,14 +69,67 @@ def test_messages_wait_for_their_rows_and_retries_back_off() -> None:
     assert d.retry_in() == 0 and d.snapshot()["sink_lag_s"] == 0
 
 
-def test_a_table_rejected_for_good_is_dropped_and_counted_the_rest_stored() -> None:
-    store, clock = MemoryStore(rejects=["hangs"]), Clock()
+def test_rows_refused_alone_become_dead_letters_and_the_rest_is_stored() -> None:
+    """Rows 3 and 11 of 20 break a constraint: the batch is halved down to them, the
+    other 18 are stored, the two become dead letters saying why, and the flush goes on
+    (its message is published: the store holds all it can)."""
+    store, clock = MemoryStore(refuses=lambda t, row: t == "hangs" and row["i"] in (3, 11)), Clock()
+    d = delivery(store, clock)
+    d.write(output(20))
+    assert d.flush()
+    assert sorted(r["i"] for r in store.rows["hangs"]) == [i for i in range(20) if i not in (3, 11)]
+    letters = store.rows["dead_letters"]
+    assert [(r["topic"], r["reason"]) for r in letters] == [("store:hangs", "store-refused")] * 2
+    assert sorted(orjson.loads(r["payload"])["i"] for r in letters) == [3, 11]
+    assert all("VIOLATED_CONSTRAINT" in r["detail"] for r in letters)
+    assert store.rows["detector_state"] and len(d.take()) == 1
+    assert d.counters.rows_refused == 2 and not d.failing
+
+
+def test_a_full_store_keeps_every_row_and_message_until_it_takes_them() -> None:
+    """A full disk is no refusal: nothing is dropped, nothing published, the delivery
+    says it is failing, and once space is back everything is stored and published."""
+    store, clock = MemoryStore(full=True), Clock()
+    d = delivery(store, clock)
+    d.write(output(5))
+    for _ in range(3):
+        assert not d.flush() and d.take() == []
+        assert d.failing and "NOT_ENOUGH_SPACE" in (d.last_error or "")
+        clock.now += d.retry_in()
+    assert d.pending == 6 and d.counters.rows_refused == 0 and "dead_letters" not in store.rows
+    store.full = False
+    assert d.flush() and not d.failing
+    assert len(store.rows["hangs"]) == 5 and len(d.take()) == 1
+
+
+def test_a_table_refusing_every_row_is_a_failure_not_a_flood_of_dead_letters() -> None:
+    store, clock = MemoryStore(refuses=lambda t, row: t == "hangs"), Clock()
+    d = delivery(store, clock)
+    d.write(output(MAX_REFUSED + 10))
+    assert not d.flush() and d.failing and d.take() == []
+    assert "refuses more than" in (d.last_error or "")
+    assert "dead_letters" not in store.rows and d.pending == MAX_REFUSED + 11
+
+
+def test_a_store_failing_while_refused_rows_are_isolated_keeps_them_all() -> None:
+    """The dead letters cannot be stored (the disk fills meanwhile): the refused rows
+    stay buffered with the rest, for the retry."""
+    store, clock = MemoryStore(refuses=lambda t, row: t == "hangs" and row["i"] == 2), Clock()
     d = delivery(store, clock)
     d.write(output(4))
-    assert d.flush()
-    assert "hangs" not in store.rows and store.rows["detector_state"]
-    assert d.counters.rows_dropped == 4 and d.counters.store_failures == 1
-    assert len(d.take()) == 1  # its message goes out: the store holds all it can
+    real_insert, filled = store.insert, []
+
+    def fill_at_dead_letters(table: str, rows: Any) -> None:
+        if table == "dead_letters" and not filled:
+            store.full = True
+            filled.append(table)
+        real_insert(table, rows)
+
+    store.insert = fill_at_dead_letters  # type: ignore[method-assign]
+    assert not d.flush() and d.failing and d.pending == 5
+    store.full = False
+    clock.now += d.retry_in()
+    assert d.flush() and [r["reason"] for r in store.rows["dead_letters"]] == ["store-refused"]
 
 
 def test_a_failed_send_is_first_in_line_next_time() -> None:
