@@ -9,6 +9,9 @@
 #   scripts/kafka.sh stop   [--dir D]           stop it (data and logs stay in D)
 #   scripts/kafka.sh status [--dir D]           "running ..." (exit 0) or "not running" (exit 3)
 #   scripts/kafka.sh logs   [--dir D] [-f]      the broker's server.log (tail, or follow)
+#   scripts/kafka.sh tool CLASS [ARGS...]       run one of the distribution's own tools, e.g.
+#                                               org.apache.kafka.tools.ConsoleProducer
+#                                               (what bin/kafka-console-producer.sh runs)
 #
 # D defaults to var/kafka. Storage is formatted (random cluster id) on the first start in
 # a directory; later starts reuse it and its last ports when they are free. --watch-pid
@@ -260,10 +263,21 @@ usage() {
     exit 2
 }
 
+cmd_tool() {
+    fetched || cmd_fetch
+    local class=$1
+    shift
+    exec java -Dlog4j2.configurationFile="$ROOT/kafka/tools-log4j2.properties" -cp "$LIBS/*" "$class" "$@"
+}
+
 main() {
     [[ $# -ge 1 ]] || usage
     local command=$1
     shift
+    if [[ $command == tool ]]; then
+        [[ $# -ge 1 ]] || usage
+        cmd_tool "$@"
+    fi
     local dir=$ROOT/var/kafka port="" watch_pid="" follow=""
     while [[ $# -gt 0 ]]; do
         case $1 in
