@@ -85,6 +85,9 @@ class _Job:
     step_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
     """rank -> (step, time it was first seen in that step)"""
     episode: Episode | None = None
+    excused_ns: int = 0
+    """Until when the worker could not hear this job (:meth:`HangDetector.excuse`): no
+    rank counts as silent or without progress for that time."""
 
 
 class HangDetector:
@@ -136,11 +139,21 @@ class HangDetector:
                 if any(r.progress_ns > job.episode.last_progress_ns for r in live):
                     changed.append(self._resolve(job, now_ns))
                 continue
-            stalled = [r for r in live if self._stalled(name, r, now_ns)]
-            if len(stalled) == len(live) and not self._late(live, now_ns):
+            since = job.excused_ns
+            stalled = [r for r in live if self._stalled(name, r, now_ns, since)]
+            if len(stalled) == len(live) and not self._late(live, now_ns, since):
                 job.episode = _declare(name, live, now_ns, self._silent(live, now_ns))
                 changed.append(job.episode)
         return changed
+
+    def excuse(self, now_ns: int) -> None:
+        """The worker could not hear anyone up to ``now_ns`` (its broker unreachable, its
+        process stalled): the silence of every rank until then says nothing about the
+        job, and is not held against it. Without this, every rank of every job went
+        silent at once with the broker, and the first tick after declared them all hung.
+        An open episode still resolves only on real progress."""
+        for job in self._jobs.values():
+            job.excused_ns = max(job.excused_ns, now_ns)
 
     def knows(self, job: str) -> bool:
         return job in self._jobs
@@ -180,17 +193,17 @@ class HangDetector:
 
     # -- internals -------------------------------------------------------------------
 
-    def _stalled(self, job: str, rank: RankState, now_ns: int) -> bool:
-        silent = now_ns - rank.heard_ns > self.config.silent_after_s * NS
+    def _stalled(self, job: str, rank: RankState, now_ns: int, excused_ns: int = 0) -> bool:
+        silent = now_ns - max(rank.heard_ns, excused_ns) > self.config.silent_after_s * NS
         if silent or not rank.started:
             return silent
-        return now_ns - rank.progress_ns > self.threshold_s(job) * NS
+        return now_ns - max(rank.progress_ns, excused_ns) > self.threshold_s(job) * NS
 
-    def _late(self, ranks: list[RankState], now_ns: int) -> bool:
+    def _late(self, ranks: list[RankState], now_ns: int, excused_ns: int = 0) -> bool:
         """Some rank's heartbeat is overdue but it is not silent yet: wait for the verdict
         (at most half of ``silent_after_s``) rather than take its last report (waiting
         in a send, say) for where it is now."""
-        age = [now_ns - r.heard_ns for r in ranks]
+        age = [now_ns - max(r.heard_ns, excused_ns) for r in ranks]
         return any(
             self.config.silent_after_s * NS / 2 < a <= self.config.silent_after_s * NS for a in age
         )

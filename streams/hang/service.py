@@ -19,6 +19,7 @@ from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row
 from rankwatch.streams.kit.times import utc
+from rankwatch.streams.kit.versions import row_version
 
 MAX_DUMPS_PER_JOB = 4096
 """Latest stack dump kept per rank; beyond this many ranks a job's oldest are dropped."""
@@ -45,6 +46,9 @@ class HangService:
     recall: Recall | None = None
     """Asked once per job this service first meets: an episode it returns is reopened,
     so a restarted worker neither declares it again nor forgets to resolve it."""
+    generation: int = 0
+    """The consumer group's generation of the worker's assignment (0: no group): part of
+    each row's version, so a later owner's rows win (:mod:`~rankwatch.streams.kit.versions`)."""
 
     def __post_init__(self) -> None:
         self.detector = HangDetector(self.config)
@@ -88,15 +92,21 @@ class HangService:
         out = Output()
         for episode in self.detector.episodes():
             if episode.job == message["job"]:
-                _add_stacks(out, episode, self.merged(episode), now_ns)
+                _add_stacks(
+                    out,
+                    episode,
+                    self.merged(episode),
+                    row_version(now_ns, generation=self.generation),
+                )
         return out
 
     def on_tick(self, now_ns: int) -> Output:
         out = Output()
         for episode in self.detector.evaluate(now_ns):
-            out.add("hangs", hang_row(episode, now_ns))
+            version = row_version(now_ns, generation=self.generation)
+            out.add("hangs", hang_row(episode, version))
             if episode.open:
-                _add_stacks(out, episode, self.merged(episode), now_ns)
+                _add_stacks(out, episode, self.merged(episode), version)
             alert = hang_alert(episode, now_ns)
             out.add("alerts", alert_row(alert))
             out.messages.append(("alerts", episode.job, alert))
@@ -124,7 +134,7 @@ class HangService:
         return out
 
 
-def hang_row(ep: Episode, now_ns: int) -> dict[str, Any]:
+def hang_row(ep: Episode, version: int) -> dict[str, Any]:
     return table_row(
         "hangs",
         job=ep.job,
@@ -139,7 +149,7 @@ def hang_row(ep: Episode, now_ns: int) -> dict[str, Any]:
         culprit_hosts=list(ep.culprit_hosts),
         culprit_where=ep.culprit_where,
         summary=ep.summary,
-        version=now_ns,
+        version=version,
     )
 
 
@@ -193,7 +203,7 @@ def episode_from_alert(alert: Mapping[str, Any]) -> Episode | None:
     )
 
 
-def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int) -> None:
+def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], version: int) -> None:
     for m in merged:
         row = table_row(
             "stacks",
@@ -206,6 +216,6 @@ def _add_stacks(out: Output, ep: Episode, merged: list[MergedStack], now_ns: int
             ranks_text=m.ranks_text,
             absent_ranks_text=m.absent_text,
             n_ranks=len(m.ranks),
-            version=now_ns,
+            version=version,
         )
         out.add("stacks", row)

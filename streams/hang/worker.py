@@ -36,6 +36,7 @@ from rankwatch.streams.hang.service import HangService, episode_from_alert
 from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
+from rankwatch.streams.kit.membership import GroupLease, member_of
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source
 from rankwatch.streams.kit.recall import Held, RecallTasks, recall_now
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
@@ -48,6 +49,9 @@ DETECTOR = "hang"
 SNAPSHOT_EVERY_S = 10
 """A job's step-time baseline is stored at most this often (it changes every step)."""
 NS = 1_000_000_000
+STALL_TICKS = 5.0
+"""An evaluation this many ticks after the one before means the process did not run
+meanwhile (paused, starved): it heard no one for that time, and holds it against no one."""
 MAX_HELD = 100_000
 """Heartbeats a job holds while its recall runs; past it the oldest go (counted). A
 recall takes milliseconds; one behind a hung server waits up to the store's timeout,
@@ -111,6 +115,10 @@ class HangState:
         """Jobs first met whose recall has not answered: (heartbeat, arrival ns) each."""
         self.job_partitions: dict[str, tuple[str, int]] = {}
         """job -> the (topic, partition) its heartbeats come from"""
+        self._evaluated_ns: int | None = None
+        self.blind_ticks = 0
+        """Evaluations at which the worker could not have heard its jobs since the one
+        before (broker unreachable, process stalled): their silence was excused."""
 
     def on_heartbeat(self, value: bytes, source: Source) -> None:
         """One heartbeat, at its arrival time; a job not recalled yet holds it."""
@@ -198,6 +206,7 @@ class HangState:
             "restored_episodes": self.restored_episodes,
             "reannounced_alerts": self.reannounced,
             "retired_jobs": self.retired_jobs,
+            "blind_ticks": self.blind_ticks,
             "recalls_waiting": len(self._held),
             "held_dropped": self._held.dropped,
             **self.delivery.snapshot(),
@@ -210,9 +219,18 @@ class HangState:
         self.evaluate()
         return self.delivery.flush()
 
-    def evaluate(self) -> None:
-        """Evaluate the jobs: their rows and alerts are buffered for the next flush."""
-        self.delivery.write(self.service.on_tick(self.clock()))
+    def evaluate(self, blind: bool = False) -> None:
+        """Evaluate the jobs: their rows and alerts are buffered for the next flush.
+        ``blind``: the worker cannot read its heartbeats now (its broker is unreachable);
+        that time, and a stall of the process since the last evaluation, excuse every
+        rank's silence (:meth:`~.detector.HangDetector.excuse`)."""
+        now = self.clock()
+        last, self._evaluated_ns = self._evaluated_ns, now
+        stalled = last is not None and now - last > STALL_TICKS * self.settings.tick_s * NS
+        if blind or stalled:
+            self.service.detector.excuse(now)
+            self.blind_ticks += 1
+        self.delivery.write(self.service.on_tick(now))
         self.delivery.write(self._snapshots())
         self._prune()
         self._retire_silent()
@@ -278,7 +296,9 @@ class HangState:
             times = tuple(detector.step_times(job))
             written, at = self._baselines.get(job, ((), -SNAPSHOT_EVERY_S * NS))
             if times != written and now - at >= SNAPSHOT_EVERY_S * NS:
-                out.add("detector_state", snapshot_row(job, DETECTOR, now, {"step_times": times}))
+                state = {"step_times": times}
+                generation = self.service.generation
+                out.add("detector_state", snapshot_row(job, DETECTOR, now, state, generation))
                 self._baselines[job] = (times, now)
         return out
 
@@ -312,19 +332,38 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
             guard.handed(event.message)
             state.on_stacks(event.value, _source(event.message))
 
-    status = StatusReporter(app, settings.status_file, log, guard=guard)
+    lease = GroupLease(
+        settings.bootstrap,
+        settings.session_timeout_s,
+        member=lambda: member_of(app),
+        assigned=lambda: app.consumer_generation_id,
+    )
+    status = StatusReporter(app, settings.status_file, log, guard=guard, lease=lease)
+
+    async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
+        """Partitions taken while this worker could not answer (paused, cut off): what
+        it buffered since (a hang it declared of jobs it could not hear, say) is not
+        stored; the next owner judges from the heartbeats. A revocation in a rebalance
+        this worker took part in changes nothing here (see ``on_assigned``)."""
+        if lease.lost():
+            log.warning("partitions lost, not handed over: rows buffered since go unstored")
+            state.delivery.discard()
 
     async def on_assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
+        state.service.generation = app.consumer_generation_id
         gone = state.keep_partitions({(tp.topic, tp.partition) for tp in assigned})
         if gone:
             log.info("%d jobs moved to other workers, forgotten here: %s", len(gone), gone)
 
     app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
 
     storing: list[asyncio.Task[None]] = []
     """The running store, if any: one at a time."""
 
     async def store_and_publish() -> None:
+        if state.delivery.pending and not await lease.may_store():
+            return  # not (or no longer) the owner: its rows wait, or go with the partitions
         await flush_in_thread(state.delivery)  # heartbeats are read meanwhile: their
         await publish(state.delivery, out_topics)  # arrival is what says a rank is silent
 
@@ -333,7 +372,8 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
         """Evaluate the jobs, start a store unless one runs (its rows wait for the next
         one), and write the health file, which a slow store does not hold up."""
         shorten_fetch_wait(app, settings.fetch_wait_ms)
-        state.evaluate()
+        lease.poll()
+        state.evaluate(blind=lease.unreachable_since is not None)
         if storing and storing[0].done():
             storing.pop().result()  # a store that raised raises here, in the timer
         if not storing:

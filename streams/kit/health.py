@@ -20,6 +20,7 @@ import faust
 import orjson
 
 from rankwatch.streams.kit.heap import gc_clock
+from rankwatch.streams.kit.membership import GroupLease
 from rankwatch.streams.kit.rewind import StallGuard
 
 
@@ -53,7 +54,8 @@ def check_status(
 def health_problems(status: dict[str, Any]) -> list[str]:
     """What the worker's own state says is wrong (the file's age aside): healthy means
     its topics exist and it consumes them (subscribed, partitions assigned), it has read
-    something or is caught up with the log, and its store takes writes."""
+    something or is caught up with the log, its broker answers, and its store takes
+    writes."""
     problems = []
     if not status.get("topics"):
         problems.append("not subscribed: its topics were not made or found")
@@ -65,7 +67,13 @@ def health_problems(status: dict[str, Any]) -> list[str]:
     if not status.get("messages_in") and (behind or not status.get("lag")):
         shown = ", ".join(f"{tp} {n}" for tp, n in sorted(behind.items())) or "position unknown"
         problems.append(f"nothing consumed yet and not caught up ({shown})")
-    if not status.get("store_connected") or float(status.get("store_retry_in_s", 0.0)) > 0:
+    if float(status.get("broker_unreachable_s", 0.0)) > 0:
+        problems.append(
+            f"broker unreachable for {status['broker_unreachable_s']:.0f}s"
+            f" ({status.get('broker_error') or 'no answer'}): nothing is read or committed"
+        )
+    failing = status.get("store_failing") or float(status.get("store_retry_in_s", 0.0)) > 0
+    if not status.get("store_connected") or failing:
         problems.append(f"store not writable: {status.get('last_error') or 'not connected yet'}")
     return problems
 
@@ -84,12 +92,14 @@ class StatusReporter:
         log: logging.Logger,
         every_s: float = 60.0,
         guard: StallGuard | None = None,
+        lease: GroupLease | None = None,
     ) -> None:
         self.app = app
         self.status_file = status_file
         self.log = log
         self.every_s = every_s
         self.guard = guard
+        self.lease = lease
         self.gc = gc_clock()
         self._logged = float("-inf")
 
@@ -101,6 +111,8 @@ class StatusReporter:
             snapshot.update(self.guard.counters())
         snapshot["assigned"] = sorted(f"{tp.topic}:{tp.partition}" for tp in assigned)
         snapshot["lag"] = _lag(self.app, positions)
+        if self.lease is not None:
+            snapshot.update(self.lease.snapshot())
         snapshot.update(self.gc.snapshot())
         snapshot["problems"] = health_problems(snapshot)
         self._log(snapshot)

@@ -20,6 +20,7 @@ import orjson
 from rankwatch.schemas.tables import table_row
 from rankwatch.streams.kit.store import Store
 from rankwatch.streams.kit.times import utc
+from rankwatch.streams.kit.versions import row_version
 
 _SNAPSHOT = (
     "SELECT state FROM detector_state FINAL "
@@ -46,14 +47,18 @@ def load_snapshot(store: Store, job: str, detector: str) -> dict[str, Any] | Non
     return orjson.loads(rows[0]["state"]) if rows else None
 
 
-def snapshot_row(job: str, detector: str, now_ns: int, state: Mapping[str, Any]) -> dict[str, Any]:
+def snapshot_row(
+    job: str, detector: str, now_ns: int, state: Mapping[str, Any], generation: int = 0
+) -> dict[str, Any]:
+    """A detector's snapshot of ``job``; ``generation``: of the writer's assignment (a
+    later owner's snapshot wins, :mod:`~rankwatch.streams.kit.versions`)."""
     return table_row(
         "detector_state",
         job=job,
         detector=detector,
         time=utc(now_ns),
         state=orjson.dumps(state).decode(),
-        version=now_ns,
+        version=row_version(now_ns, generation=generation),
     )
 
 

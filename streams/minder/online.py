@@ -47,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rankwatch.schemas.tables import table_row
+from rankwatch.streams.kit.versions import row_version
 from rankwatch.streams.minder.detector import FUSED, MinderConfig, MinderModel, metric_scores
 from rankwatch.streams.minder.grid import align_on_times
 from rankwatch.streams.minder.peers import peer_deviation
@@ -157,6 +158,9 @@ class JobMonitor:
         self.newest_ns = 0
         self.late = 0
         self.baselines = self.fresh_baselines()
+        self.generation = 0
+        """The consumer group's generation of the worker's assignment (0: no group): in
+        each row's version, so a later owner's rows win (``kit/versions.py``)."""
 
     def fresh_baselines(self) -> LiveBaselines:
         """Residual scoring's baselines, empty: every host warms up."""
@@ -376,7 +380,7 @@ class JobMonitor:
             score=ep.score,
             alert_id=ep.alert_id,
             resolved_at=resolved_ns,
-            version=now_ns,
+            version=row_version(now_ns, generation=self.generation),
         )
 
     def _alert(self, ep: Episode, now_ns: int, firing: bool, gone: bool = False) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
 from rankwatch.streams.kit.health import StatusReporter
+from rankwatch.streams.kit.membership import GroupLease, member_of
 from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
 from rankwatch.streams.kit.recall import Held, RecallTasks, recall_now
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
@@ -172,6 +173,15 @@ class MinderState:
         self._held: Held[tuple[dict[str, Any], Token]] = Held(limit=None)
         """Jobs first met whose recall has not answered, and their messages meanwhile
         (all of them: :attr:`held_full` stops the reading instead)."""
+        self.generation = 0
+        """The consumer group's generation of this worker's assignment (0: no group), in
+        the versions of the rows it writes (:mod:`~rankwatch.streams.kit.versions`)."""
+
+    def assigned(self, generation: int) -> None:
+        """A new assignment: rows from now on carry its ``generation``."""
+        self.generation = generation
+        for monitor in self.monitors.values():
+            monitor.generation = generation
 
     def on_message(
         self,
@@ -328,6 +338,15 @@ class MinderState:
             self._forget(job)
         self.order.forget(revoked)
 
+    def lose_partitions(self, revoked: set[tuple[str, int]]) -> None:
+        """The partitions went while this worker could not answer: every row and
+        acknowledgement buffered goes unstored (every partition goes at once under the
+        eager protocol), then their jobs are forgotten."""
+        self.delivery.discard()
+        self.settled.clear()
+        self.acks.clear()
+        self.forget_partitions(revoked)
+
     def _forget(self, job: str) -> None:
         self.job_partitions.pop(job, None)
         self.monitors.pop(job, None)
@@ -386,7 +405,8 @@ class MinderState:
         messages it covers are acknowledged once it is stored."""
         assert monitor.next_end_ns is not None
         end = monitor.next_end_ns - self.settings.online.stride_s * NS
-        out.add("detector_state", snapshot_row(job, DETECTOR, end, monitor_state(monitor, end)))
+        state = monitor_state(monitor, end)
+        out.add("detector_state", snapshot_row(job, DETECTOR, end, state, self.generation))
         waiting = self.unacked.get(job, [])
         self.unacked[job] = [(t, ts) for t, ts in waiting if ts > end]
         self.settled += [t for t, ts in waiting if ts <= end]
@@ -407,6 +427,7 @@ class MinderState:
             else:
                 self.covered_ns[job] = covered
                 self.restored_jobs += 1
+        monitor.generation = self.generation
         self.monitors[job] = monitor
         if found is None:
             return
@@ -442,7 +463,13 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
             while state.delivery.full or state.held_full:
                 await asyncio.sleep(min(max(state.delivery.retry_in(), 0.05), 1.0))
 
-    status = StatusReporter(app, settings.status_file, log, guard=guard)
+    lease = GroupLease(
+        settings.bootstrap,
+        settings.session_timeout_s,
+        member=lambda: member_of(app),
+        assigned=lambda: app.consumer_generation_id,
+    )
+    status = StatusReporter(app, settings.status_file, log, guard=guard, lease=lease)
 
     storing = asyncio.Lock()
     """One store at a time (the timer's task, the revocation's)."""
@@ -452,7 +479,10 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
     async def store() -> None:
         """Store what is buffered, the inserts in a thread (the agent reads on and the
         timer evaluates and writes the health file while a slow server answers), then
-        acknowledge what it covers. Hold ``storing``."""
+        acknowledge what it covers. Hold ``storing``. Not (or no longer) the owner of its
+        partitions, it stores nothing: its rows wait, or go with the partitions."""
+        if state.delivery.pending and not await lease.may_store():
+            return
         tokens = state.take_settled()
         state.stored(tokens, await flush_in_thread(state.delivery))
         for event in state.take_acks():
@@ -467,6 +497,7 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
     async def tick() -> None:
         """Evaluate the jobs, start a store unless one runs (what is buffered meanwhile
         waits for the next), and write the health file."""
+        lease.poll()
         state.evaluate()
         if running and running[0].done():
             running.pop().result()  # a store that raised raises here, in the timer
@@ -476,12 +507,23 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
 
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         """Store what is due (snapshots included, so the next owner recalls them) and
-        acknowledge what it covers, then give the revoked partitions' jobs up."""
+        acknowledge what it covers, then give the revoked partitions' jobs up. Partitions
+        lost while this worker could not answer (paused, cut off) are given up with
+        nothing stored: their next owner re-reads every message no stored row covers."""
+        if lease.lost():
+            log.warning("partitions lost, not handed over: rows buffered since go unstored")
+            async with storing:
+                state.lose_partitions({(tp.topic, tp.partition) for tp in revoked})
+            return
         state.evaluate()
         async with storing:  # after a running store: one flush at a time
             await store()
             state.forget_partitions({(tp.topic, tp.partition) for tp in revoked})
             await publish(state.delivery, topics)
 
+    async def on_assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
+        state.assigned(app.consumer_generation_id)
+
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
     return app, state

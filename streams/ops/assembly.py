@@ -303,6 +303,23 @@ class StepAssembler:
             out += [self._close(name, job, s, partial=True) for s in stale]
         return out
 
+    def restart_grace(self, now_ns: int) -> int:
+        """Start every open step's grace period again at ``now_ns``; returns how many.
+
+        For a worker that could not read its input for a while (its broker unreachable,
+        the process paused or starved): the records its open steps wait for may be
+        waiting in the broker, or in a producer's spool for the broker to come back, and
+        that time must not count against them. Closed as partial when the worker reads
+        again, before those records come, they would be late, and dropped (10,754 records
+        and 288 partial steps after a 56-s broker outage, on main)."""
+        n = 0
+        for job in self._jobs.values():
+            for open_step in job.open.values():
+                if open_step.first_seen_ns < now_ns:
+                    open_step.first_seen_ns = now_ns
+                    n += 1
+        return n
+
     def flush(self) -> list[AssembledStep]:
         """Close every open step now (end of a replay, shutdown)."""
         out = []

@@ -27,6 +27,7 @@ from rankwatch.sim.ideal import StepSummary
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row
 from rankwatch.streams.kit.times import utc
+from rankwatch.streams.kit.versions import row_version
 from rankwatch.streams.ops.alerts import Alert, JobAlertState, StragglerAlerts
 from rankwatch.streams.ops.assembly import AssembledStep, AssemblyConfig, StepAssembler
 from rankwatch.streams.ops.identity import Coordinates, JobIdentities
@@ -72,6 +73,11 @@ class Pipeline:
     dead_letters: int = 0
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
     steps_analysed: int = 0
+    generation: int = 0
+    """The consumer group's generation of the assignment this pipeline's jobs came with
+    (0: embedded, no group): part of every row's version, so that a later owner's rows
+    win over an earlier one's (:mod:`~rankwatch.streams.kit.versions`). The worker sets
+    it at each assignment."""
     defer_ops: int = 0
     """Closed steps wait, unanalysed, until their ops reach this many or
     :meth:`take_closed` is called (0: each message's closed steps are analysed at once).
@@ -226,7 +232,8 @@ class Pipeline:
         open_now, alerts = self.slowdown.observe(signals)
         for s in signals:
             message = signals_message(s, open_now.get(s.rank, []))
-            out.add("rank_signals", CONTRACTS["rank_signals"].row(message, version=now_ns))
+            version = row_version(now_ns, generation=self.generation)
+            out.add("rank_signals", CONTRACTS["rank_signals"].row(message, version=version))
             out.messages.append(("signals", step.job, message))
         for alert in alerts:
             out.add("alerts", alert_row(alert.message()))
@@ -377,6 +384,10 @@ class Pipeline:
             out.extend(self.take_closed(now_ns))
         return out
 
+    def has_closed(self) -> bool:
+        """Whether closed steps wait for :meth:`take_closed`."""
+        return bool(self._closed)
+
     def take_closed(self, now_ns: int) -> Output:
         """Rows, messages and alerts of the closed steps not analysed yet, analysed in
         the order they closed (its ``steps`` are empty: each was named when it closed)."""
@@ -385,8 +396,9 @@ class Pipeline:
         analyses = self.analyser.analyse_many(closed) if self.analyser else [None] * len(closed)
         for step, analysis in zip(closed, analyses, strict=True):
             message = step_message(step, analysis)
-            out.add("steps", step_row(message, now_ns))
-            for row in attribution_rows(step, analysis.attributions if analysis else (), now_ns):
+            out.add("steps", step_row(message, now_ns, self.generation))
+            attributions = analysis.attributions if analysis else ()
+            for row in attribution_rows(step, attributions, now_ns, self.generation):
                 out.add("step_attribution", row)
             out.messages.append(("steps", step.job, message))
             self._signals(step, now_ns, out)
@@ -500,11 +512,14 @@ def leaders(analysis: StepAnalysis) -> dict[str, tuple[str, float]]:
     return best
 
 
-def step_row(message: dict[str, Any], now_ns: int) -> dict[str, Any]:
+def step_row(message: dict[str, Any], now_ns: int, generation: int = 0) -> dict[str, Any]:
     """The ``steps`` row of a step's message (:func:`step_message`), as the table's
     contract says (``schemas/tables.py``): ``time`` the step's start as a DateTime,
-    ``partial`` as 0 or 1, when it was analysed as bookkeeping."""
-    row = CONTRACTS["steps"].row(message, analysed_at=utc(now_ns), version=now_ns)
+    ``partial`` as 0 or 1, when it was analysed as bookkeeping; its version ranks an
+    analysed row over a partial one, then the newer owner's (``generation``)."""
+    complete = not message["partial"] and message["t_sim"] is not None
+    version = row_version(now_ns, generation=generation, complete=complete)
+    row = CONTRACTS["steps"].row(message, analysed_at=utc(now_ns), version=version)
     row["time"] = utc(message["start_ns"])
     row["partial"] = int(message["partial"])
     return row
@@ -544,11 +559,15 @@ def signals_message(s: Signals, anomalies: list[str]) -> dict[str, Any]:
 
 
 def attribution_rows(
-    step: AssembledStep, attributions: Sequence[tuple[str, str, float]], now_ns: int
+    step: AssembledStep,
+    attributions: Sequence[tuple[str, str, float]],
+    now_ns: int,
+    generation: int = 0,
 ) -> list[dict[str, Any]]:
     """The step's ``step_attribution`` rows: about a hundred a step of a DP-32 job, so
     the step's time is converted and the row's columns checked once, not once a row."""
     job, number, time = step.job, step.step, utc(step.start_ns)
+    version = row_version(now_ns, generation=generation)
     rows = [
         {
             "job": job,
@@ -557,7 +576,7 @@ def attribution_rows(
             "dimension": dimension,
             "group": group,
             "slowdown": value,
-            "version": now_ns,
+            "version": version,
         }
         for dimension, group, value in attributions
     ]

@@ -28,6 +28,7 @@ from rankwatch.streams.kit.changelog import ChangelogReader
 from rankwatch.streams.kit.delivery import in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics, shorten_fetch_wait
 from rankwatch.streams.kit.health import StatusReporter
+from rankwatch.streams.kit.membership import GroupLease, member_of
 from rankwatch.streams.kit.output import DEAD_LETTERS, Source
 from rankwatch.streams.kit.rewind import StallGuard
 from rankwatch.streams.kit.store import StoreError
@@ -79,7 +80,13 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         settings.bootstrap, f"{settings.topic_prefix}.{JOBSTATE}", JOBSTATE_MAX_BYTES
     )
     guard = StallGuard(app, [ops_topic.get_topic_name()], log)
-    status = StatusReporter(app, settings.status_file, log, guard=guard)
+    lease = GroupLease(
+        settings.bootstrap,
+        settings.session_timeout_s,
+        member=lambda: member_of(app),
+        assigned=lambda: app.consumer_generation_id,
+    )
+    status = StatusReporter(app, settings.status_file, log, guard=guard, lease=lease)
 
     settling = asyncio.Lock()
     """One store-and-hand-over at a time: the agent (back-pressure), ``settler``, the
@@ -98,6 +105,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         """The part of :func:`settle` that holds ``settling``. The inserts run in a
         thread: the agent goes on taking messages while the store answers (a slow or
         hung server holds the rows of one store, not the worker)."""
+        if state.wants_store() and not await lease.may_store():
+            return  # not (or no longer) the owner: nothing is stored, its rows wait
         store = state.begin_store()
         if store is None:  # backing off
             return
@@ -182,11 +191,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         handed = state.jobstate_history(job, saved)
         try:
             return await asyncio.to_thread(state.look_up, job, layout, handed)
-        except StoreError as exc:
-            try:
-                state.delivery.failed(exc)
-            except StoreError:  # not one that waiting helps: said loudly, tried again
-                log.error("job %s cannot be restored: %s", job, exc)
+        except StoreError as exc:  # backed off, and said in the log: asked again later
+            state.delivery.failed(exc)
         except Exception:  # a bug: the job waits (its messages held), logged
             log.exception("job %s: restoring it failed", job)
         return None
@@ -253,7 +259,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     @app.timer(interval=settings.tick_s)
     async def tick() -> None:
         shorten_fetch_wait(app, settings.fetch_wait_ms)
-        state.on_tick()
+        lease.poll()
+        state.on_tick(blind=lease.unreachable_since is not None)
         tick_wanted[0] = True  # the buffer is stored by `settler`, which a slow store
         wanted.set()  # holds, not the health file written here
         snapshot = state.snapshot()
@@ -263,6 +270,11 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         gone = {(tp.topic, tp.partition) for tp in revoked}
         state.forget_held(gone)  # now: a restore answering while this waits is stale
+        if lease.lost():  # taken away while this worker could not answer: store nothing
+            log.warning("partitions lost, not handed over: their rows go unstored here")
+            state.lose_partitions(gone)
+            changelog.forget()
+            return
         async with settling:  # no settle between the handover and forgetting the jobs
             await store_and_hand_over(every=True)  # the new owner restores from these
             state.forget_partitions(gone)
@@ -273,7 +285,9 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     async def on_assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
         """Read the assigned partitions' jobstate ahead of their jobs' first messages, in
-        the background (the group's rebalance does not wait for it)."""
+        the background (the group's rebalance does not wait for it). Rows from now on
+        carry this assignment's generation in their versions."""
+        state.pipeline.generation = app.consumer_generation_id
         count = max(state.topics.get(jobstate_topic_name(settings), 0), 1)
         mine = {tp.partition % count for tp in assigned if tp.topic == topic_names(settings)[0]}
         warming[:] = [t for t in warming if not t.done()]
@@ -291,6 +305,7 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
         for task in [*warming, *recalling]:
             task.cancel()
         await changelog.stop()
+        await lease.close()
 
     app.on_before_shutdown.connect(on_shutdown)  # type: ignore[arg-type]
 

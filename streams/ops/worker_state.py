@@ -73,6 +73,11 @@ one simulation pass, or once their ops reach this many (:attr:`Pipeline.defer_op
 65,536 ops bound the traces held and a pass's arrays to a few MB (26 steps of the SE
 trace; a 1,024-GPU job's step is larger and goes alone, as before)."""
 
+STALL_TICKS = 5.0
+"""A tick this many ticks after the one before means the process did not run meanwhile
+(paused, swapped out, starved): like a broker it could not reach, that time restarts
+the grace of its open steps (:meth:`~.assembly.StepAssembler.restart_grace`)."""
+
 MAX_HELD_MESSAGES = 10_000
 MAX_HELD_BYTES = 64 * 1024 * 1024
 """Messages of jobs whose restore has not answered yet, held at most (their number, their
@@ -192,6 +197,12 @@ class WorkerCounters:
     """jobstate messages over ``JOBSTATE_MAX_BYTES``, not sent (docs/sizing.md)."""
     retired_jobs: int = 0
     """Jobs forgotten after ``retire_after_s`` of silence."""
+    blind_ticks: int = 0
+    """Ticks at which the worker could not have read its input since the one before
+    (broker unreachable, process stalled): open steps' grace restarted."""
+    discarded_rows: int = 0
+    """Rows buffered for partitions this worker had lost when it learnt of it (their next
+    owner stores them from the messages it re-reads)."""
 
 
 class WorkerState:
@@ -240,6 +251,8 @@ class WorkerState:
         self._held: Held[HeldMessage] = Held(limit=None)
         """Messages of jobs first met, waiting for their restores (:meth:`hold`)."""
         self._held_bytes = 0
+        self._last_tick: float | None = None
+        """When (``delivery.clock``) the latest tick ran."""
 
     # -- messages ----------------------------------------------------------------------
 
@@ -476,9 +489,20 @@ class WorkerState:
         self._write(out)
         self.acks.received(token, job, out.pending)
 
-    def on_tick(self) -> None:
-        """Close the steps whose grace period ran out; forget the jobs gone silent."""
-        self._write(self.pipeline.on_tick(time.time_ns()))
+    def on_tick(self, blind: bool = False) -> None:
+        """Close the steps whose grace period ran out; forget the jobs gone silent.
+        ``blind``: the worker cannot read its input now (its broker is unreachable).
+        While it is, and after a tick the process was stalled for, the open steps' grace
+        starts again: what they wait for may be held up where the worker cannot see."""
+        now = self.delivery.clock()
+        stalled = self._last_tick is not None and now - self._last_tick > (
+            STALL_TICKS * self.settings.tick_s
+        )
+        self._last_tick = now
+        now_ns = time.time_ns()
+        if (blind or stalled) and self.pipeline.assembler.restart_grace(now_ns):
+            self.counters.blind_ticks += 1
+        self._write(self.pipeline.on_tick(now_ns))
         self._retire_silent()
 
     def _retire_silent(self) -> None:
@@ -547,6 +571,11 @@ class WorkerState:
             tokens = self.end_store(store)
         return tokens
 
+    def wants_store(self) -> bool:
+        """Whether a store now would write anything (rows buffered, or closed steps
+        waiting for their analysis)."""
+        return bool(self.delivery.pending or self.pipeline.has_closed())
+
     def begin_store(self) -> StoreRound | None:
         """Take what is buffered for one store, and the messages it settles, in one go
         (None while the store backs off): :meth:`handover` right after it describes
@@ -572,6 +601,15 @@ class WorkerState:
             return []
         self.counters.acked += len(store.tokens)
         return store.tokens
+
+    def lose_partitions(self, revoked: set[tuple[str, int]]) -> None:
+        """The partitions were lost, not handed over: the group gave them to another
+        worker while this one could not answer (paused, cut off). Nothing of them may be
+        stored from here: their state is dropped, and with it every row and message
+        buffered (under the eager protocol every partition goes at once, and the next
+        owner re-reads every message that fed them: none was acknowledged)."""
+        self.counters.discarded_rows += self.delivery.discard()
+        self.forget_partitions(revoked)
 
     def forget_partitions(self, revoked: set[tuple[str, int]]) -> None:
         """The partitions went to another worker: drop their jobs' state (the new owner
