@@ -73,6 +73,41 @@ def test_a_stopped_rank_is_the_culprit_and_the_others_wait() -> None:
     assert resolved.episode_id == ep.episode_id and resolved.resolved_ns is not None
 
 
+def test_silence_the_worker_could_not_hear_is_held_against_no_one() -> None:
+    """The worker's broker was unreachable for 40 s (every heartbeat stopped at once):
+    excused, no hang is declared when it hears again; a rank that really stops after
+    that is still found, a floor later."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    for blind in range(1, 41):  # the worker's ticks while it reads nothing
+        det.excuse(int((t + blind) * NS))
+        assert det.evaluate(int((t + blind) * NS)) == []
+    back = t + 41
+    assert det.evaluate(int(back * NS)) == []
+    for beat in range(int(CFG.floor_s) + 10):  # rank 2 stays silent from here
+        now = back + beat
+        for r in (0, 1, 3):
+            det.observe(hb(r, 5, back, "grads-reduce-scatter"), int(now * NS))
+        opened = det.evaluate(int(now * NS))
+        if opened:
+            break
+    (ep,) = opened
+    assert ep.culprits == (2,) and now - back >= CFG.floor_s
+
+
+def test_an_open_hang_is_not_resolved_by_the_worker_being_blind() -> None:
+    det = HangDetector(CFG)
+    t = run_steps(det, range(2), 5)
+    for beat in range(40):
+        now = t + beat
+        det.observe(hb(0, 5, t, "grads-all-reduce"), int(now * NS))
+        if det.evaluate(int(now * NS)):
+            break
+    assert det.episodes()
+    det.excuse(int((now + 5) * NS))
+    assert det.evaluate(int((now + 6) * NS)) == [] and det.episodes()
+
+
 def test_a_rank_stuck_in_compute_is_the_culprit_while_still_beating() -> None:
     det = HangDetector(CFG)
     t = run_steps(det, range(4), 5)

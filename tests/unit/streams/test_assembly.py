@@ -129,6 +129,22 @@ def test_grace_period_closes_an_incomplete_step_as_partial_naming_the_missing() 
     assert asm.counters.steps_partial == 1
 
 
+def test_time_the_worker_could_not_read_does_not_count_against_a_step() -> None:
+    """A broker outage (or a paused worker) of 50 s: the grace of the open step starts
+    again when the worker reads again, so the stage whose records waited in a spool
+    completes it; a step with a worker really gone still closes a grace later."""
+    asm = StepAssembler(AssemblyConfig(grace_s=30))
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    assert asm.restart_grace(now_ns=50 * S) == 1
+    assert asm.expire(now_ns=51 * S) == []
+    (closed,) = asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=52 * S)
+    assert not closed.partial and asm.counters.late_batches == 0
+    asm.add(make_batch(worker_step(2, 0, 9.0), pp=0), now_ns=53 * S)
+    assert asm.expire(now_ns=82 * S) == []
+    (gone,) = asm.expire(now_ns=83 * S)
+    assert gone.partial and gone.missing_workers == ((0, 1),)
+
+
 def test_late_batch_for_a_closed_step_is_counted_and_dropped() -> None:
     asm = StepAssembler(AssemblyConfig(grace_s=1))
     asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
