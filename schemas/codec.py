@@ -75,6 +75,7 @@ def decode(
 ) -> dict[str, Any]:
     """Parse and validate one message of ``kind``; returns the plain dict (for an ops
     frame, its header with the columns as lists under ``ops`` and ``extra``)."""
+    _check_value(data)
     if kind == "ops" and isinstance(data, bytes | bytearray | memoryview) and frame.is_frame(data):
         return _frame_message(_decode_frame(data, max_bytes))
     message = _parse(data, max_bytes)
@@ -155,6 +156,7 @@ def decode_ops(
 ) -> OpBatch:
     """Parse and validate an ops message (a JSON document or a binary frame) into an
     :class:`OpBatch`. A frame's columns are read-only views of ``data``."""
+    _check_value(data)
     if isinstance(data, bytes | bytearray | memoryview) and frame.is_frame(data):
         return _decode_frame(data, max_bytes)
     message = _parse(data, max_bytes)
@@ -175,6 +177,7 @@ def decode_ops_members(
     the others), or the message alone. A bundle must fit ``max_bytes`` and its envelope
     must be right, else it is refused whole (raises :class:`InvalidMessage`). Which job
     the members may name is the consumer's rule (the message's key: ``Pipeline.on_members``)."""
+    _check_value(data)
     if joined.is_joined(data):
         _check_size(data, max_bytes)
         return _decode_joined(bytes(data) if not isinstance(data, bytes) else data)
@@ -589,6 +592,16 @@ def _dumps(message: Mapping[str, Any], max_bytes: int) -> bytes:
         raise InvalidMessage("schema", f"cannot serialise: {exc}") from None
     _check_size(data, max_bytes)
     return data
+
+
+def _check_value(data: Any) -> None:
+    """A Kafka record may have no value: a tombstone (null, what compaction deletes a key
+    with) or zero bytes. Neither is a message of any kind; no producer of ours sends one,
+    but any client can."""
+    if data is None:
+        raise InvalidMessage("no-value", "a tombstone: the record's value is null")
+    if isinstance(data, bytes | bytearray | memoryview) and len(data) == 0:
+        raise InvalidMessage("no-value", "the record's value is empty (0 bytes)")
 
 
 def _parse(data: bytes | bytearray | memoryview, max_bytes: int) -> Any:

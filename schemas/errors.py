@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 REASONS: tuple[str, ...] = (
+    "no-value",  # a record without a value: a tombstone (null) or zero bytes
+    "no-key",  # a record of a job-keyed topic without a key (it may reach any worker)
     "malformed-json",  # not JSON, truncated, NaN/Infinity literals, ints beyond 64 bits
     "malformed-frame",  # a binary op batch (ops v3) cut short before its header ends
     "too-large",  # more bytes than the configured maximum

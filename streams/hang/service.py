@@ -17,7 +17,7 @@ from rankwatch.schemas.tables import table_row
 from rankwatch.streams.hang.detector import Episode, HangConfig, HangDetector
 from rankwatch.streams.hang.stacks import MergedStack, merge_stacks
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
-from rankwatch.streams.kit.output import Output, Source, alert_row
+from rankwatch.streams.kit.output import Output, Source, alert_row, keyless
 from rankwatch.streams.kit.times import utc
 from rankwatch.streams.kit.versions import row_version
 
@@ -68,6 +68,9 @@ class HangService:
     ) -> tuple[dict[str, Any] | None, Output]:
         """The decoded heartbeat and no rows, or None and its dead-letter rows (for a
         shell that recalls a job first met on its own time, then ``detector.observe``)."""
+        refused = keyless(source)
+        if refused is not None:
+            return None, self._dead(data, source, now_ns, refused)
         try:
             return decode("heartbeats", data), Output()
         except InvalidMessage as exc:
@@ -80,6 +83,9 @@ class HangService:
 
     def on_stacks(self, data: bytes, source: Source, now_ns: int) -> Output:
         """Keep the rank's latest dump; if its job is hung, re-merge the episode's stacks."""
+        refused = keyless(source)
+        if refused is not None:
+            return self._dead(data, source, now_ns, refused)
         try:
             message = decode("stacks", data)
         except InvalidMessage as exc:

@@ -42,10 +42,17 @@ class DeadLetter:
 def dead_letter(data: bytes, source: Any, reason: str, detail: str, job: str = "") -> DeadLetter:
     """``source`` is a :class:`rankwatch.streams.kit.output.Source`; ``job`` the job the
     body names, when it could be read. Keyed as it was read (the partition's job: a body
-    that names another is the suspect), else by the body's job."""
+    that names another is the suspect), else by the body's job. A record without a value
+    (a tombstone) goes on with an empty one."""
     key = (source.key or b"").decode("utf-8", "replace") or job
     return DeadLetter(
-        key, bytes(data), reason, detail[:1000], source.topic, source.partition, source.offset
+        key,
+        bytes(data or b""),
+        reason,
+        detail[:1000],
+        source.topic,
+        source.partition,
+        source.offset,
     )
 
 
@@ -54,7 +61,9 @@ def dead_letter_row(
 ) -> dict[str, Any]:
     """``source`` is a :class:`rankwatch.streams.kit.output.Source` (topic, partition,
     offset, key, broker timestamp). The row's time is the broker's timestamp when known,
-    so a re-delivered bad message gives the same row (the table collapses it)."""
+    so a re-delivered bad message gives the same row (the table collapses it). A record
+    without a value (a tombstone) has an empty payload."""
+    data = data or b""
     stamp = getattr(source, "timestamp_ns", None)
     return table_row(
         "dead_letters",

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from rankwatch.schemas.errors import InvalidMessage
 from rankwatch.schemas.opbatch import OpBatch
 from rankwatch.schemas.tables import CONTRACTS
 from rankwatch.streams.kit.deadletter import DeadLetter
@@ -31,6 +32,16 @@ class Source:
     timestamp_ns: int | None = None
     """The broker's timestamp: dead letters carry it, so a re-delivered bad message
     gives the same row (the table collapses it) rather than a second one."""
+
+
+def keyless(source: Source) -> InvalidMessage | None:
+    """Why a record read from a topic without a key (or with an empty one) is refused:
+    every topic is keyed by job, so that one worker holds all of a job's state; a keyless
+    record may reach a worker that does not own its job. None for a keyed record, and
+    for one that came from no topic (a replay in-process: partition -1)."""
+    if source.partition < 0 or source.key:
+        return None
+    return InvalidMessage("no-key", "the record has no key: records are keyed by job")
 
 
 DEAD_LETTERS = "dead-letters"

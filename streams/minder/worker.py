@@ -43,7 +43,7 @@ from rankwatch.streams.kit.delivery import Delivery, flush_in_thread, publish
 from rankwatch.streams.kit.faustapp import input_topic, new_app, output_topics
 from rankwatch.streams.kit.health import StatusReporter
 from rankwatch.streams.kit.membership import GroupLease, member_of
-from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row
+from rankwatch.streams.kit.output import DEAD_LETTERS, Output, Source, alert_row, keyless
 from rankwatch.streams.kit.recall import Held, RecallTasks, recall_now
 from rankwatch.streams.kit.restart import load_snapshot, snapshot_row, unannounced
 from rankwatch.streams.kit.rewind import StallGuard
@@ -195,10 +195,14 @@ class MinderState:
         self.messages_in += 1
         if token is not None:
             self.order.received(token, (topic, partition))
+        source = Source(topic, partition, offset, key)
         try:
+            refused = keyless(source)
+            if refused is not None:
+                raise refused
             msg = decode("metrics", value)
         except InvalidMessage as exc:
-            self._refuse(value, Source(topic, partition, offset, key), exc)
+            self._refuse(value, source, exc)
             self._settle(token)
             return
         job = msg["job"]

@@ -7,6 +7,9 @@ Every later batch is checked against them before it touches any state; one that
 contradicts them is rejected with a reason (the pipeline dead-letters it) and changes
 nothing. The rules, in the order they are checked (docs/contracts.md, "Who a job is"):
 
+- ``no-key``: the record came from a topic without a key (or an empty one). Keys route
+  a job to one worker; a keyless record lands on any partition, and would feed the job
+  from a worker that does not own it.
 - ``key-mismatch``: the message's Kafka key names another job than its body. Keys
   route a job to one worker; a body that disagrees would feed the job from a
   partition its owner does not read.
@@ -57,7 +60,10 @@ class JobIdentities:
     _jobs: dict[str, _Identity] = field(default_factory=dict)
 
     def check(self, batch: OpBatch, key: bytes | None = None) -> Rejection | None:
-        """Why ``batch`` (delivered under ``key``, None when unkeyed) must be refused."""
+        """Why ``batch`` (delivered under ``key``; None when read from no topic, as a
+        replay in-process; b"" for a record of a topic that had no key) must be refused."""
+        if key is not None and not key:
+            return Rejection("no-key", "the record has no key: records are keyed by job")
         if key is not None and key != batch.job.encode():
             shown = key.decode("utf-8", "replace")[:80]
             return Rejection("key-mismatch", f"keyed {shown!r}, body says job {batch.job!r}")

@@ -446,7 +446,7 @@ def _bundle_job(members: Sequence[Member], key: bytes | None) -> str:
     """The job a bundle's members must name: its key's (a member naming another is
     refused by the identity check, as a message alone), else the first member's that
     decoded (one message feeds one job's steps: its acknowledgement follows them)."""
-    if key is not None:
+    if key:
         return key.decode("utf-8", "replace")
     return next((got.job for _, got in members if isinstance(got, OpBatch)), "")
 

@@ -221,8 +221,9 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
             members = state.decode(event.value)
             batch = first_batch(members)
             stamp = round(msg.timestamp * 1e9) if msg.timestamp else None
-            source = Source(msg.topic, msg.partition, msg.offset, event.key, stamp)
-            if batch is not None and state.must_hold(batch, event.key):
+            key = event.key or b""  # a record without a key: refused (``no-key``)
+            source = Source(msg.topic, msg.partition, msg.offset, key, stamp)
+            if batch is not None and state.must_hold(batch, key):
                 state.hold(HeldMessage(event, event.value, source, members, batch))
                 start_recalls()
             else:

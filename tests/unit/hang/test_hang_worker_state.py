@@ -204,8 +204,8 @@ def test_a_job_whose_partition_went_to_another_worker_is_forgotten_not_declared(
     now = [100 * NS]
     settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
     state = HangState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
-    state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0))
-    state.on_heartbeat(beat(0, now[0]).replace(b'"j"', b'"k"'), Source("p.heartbeats", 1))
+    state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0, key=b"j"))
+    state.on_heartbeat(beat(0, now[0]).replace(b'"j"', b'"k"'), Source("p.heartbeats", 1, key=b"k"))
     state.recall_waiting()
     assert state.keep_partitions({("p.heartbeats", 0), ("p.stacks", 1)}) == ["k"]
     assert state.service.detector.jobs() == ["j"]
@@ -219,7 +219,7 @@ def test_a_finished_job_leaves_no_partition_or_baseline_behind() -> None:
     state = HangState(settings, store=MemoryStore())  # type: ignore[arg-type]
     done = b'"last_done":null,"state":"finished"'
     finished = beat(0, 100 * NS).replace(b'"last_done":null', done)
-    state.on_heartbeat(finished, Source("p.heartbeats", 0))
+    state.on_heartbeat(finished, Source("p.heartbeats", 0, key=b"j"))
     state.recall_waiting()
     assert state.job_partitions == {"j": ("p.heartbeats", 0)}
     state.on_tick()  # the detector drops a job whose ranks all finished
@@ -239,7 +239,7 @@ def test_a_job_silent_for_retire_after_s_is_forgotten_and_its_episode_recalled(
         hang=HangConfig(floor_s=4, silent_after_s=30),
     )
     now = [100 * NS]
-    src = Source("p.heartbeats", 0)
+    src = Source("p.heartbeats", 0, key=b"j")
     state = HangState(settings, clock=lambda: now[0])
     for rank in (0, 1):
         state.on_heartbeat(beat(rank, now[0]), src)
@@ -272,7 +272,7 @@ def test_a_job_whose_rows_are_not_stored_is_not_retired() -> None:
     now = [100 * NS]
     store = MemoryStore(down=True)
     state = HangState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
-    state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0))
+    state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0, key=b"j"))
     state.recall_waiting()
     now[0] += 60 * NS
     assert tick(state) == []  # declared; the store is down

@@ -99,7 +99,9 @@ def test_revoked_partitions_jobs_are_recalled_from_their_snapshot_by_the_next_ow
     def send(job: str, partition: int, seconds: range, tag: str) -> None:
         for s in seconds:
             msg = metrics_message(job, "h0", T0 + s * NS, {"cpu_util": 50.0})
-            state.on_message(orjson.dumps(msg), "m", partition, s, token=(tag, job, s))
+            state.on_message(
+                orjson.dumps(msg), "m", partition, s, token=(tag, job, s), key=job.encode()
+            )
 
     send("j", 0, range(0, 23), "first")
     send("k", 1, range(0, 5), "first")
@@ -153,7 +155,7 @@ def test_a_job_first_met_holds_its_messages_until_its_recall_answers() -> None:
     def send(job: str, partition: int, seconds: range) -> None:
         for s in seconds:
             msg = metrics_message(job, "h0", T0 + s * NS, {"cpu_util": 50.0})
-            state.on_message(orjson.dumps(msg), "m", partition, s, token=(job, s))
+            state.on_message(orjson.dumps(msg), "m", partition, s, token=(job, s), key=job.encode())
 
     send("k", 1, range(0, 3))
     state.recall_waiting()
@@ -194,7 +196,7 @@ def test_past_max_held_the_worker_stops_reading_rather_than_drop_a_sample(
     state = MinderState(settings, store=MemoryStore())  # type: ignore[arg-type]
     for s in range(3):
         msg = metrics_message("j", "h0", T0 + s * NS, {"cpu_util": 50.0})
-        state.on_message(orjson.dumps(msg), "m", 0, s, token=s)
+        state.on_message(orjson.dumps(msg), "m", 0, s, token=s, key=msg["job"].encode())
     assert state.held_full and state.snapshot()["recall_held"] == 3
     (recall,) = state.take_recalls()
     bad = worker.Recollection(snapshot={"next_end_ns": 1}, unsent=[{"not": "an alert"}])
