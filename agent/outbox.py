@@ -59,6 +59,8 @@ class KafkaTransport:
         async def start() -> Any:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self.bootstrap,
+                acks="all",  # sent means every in-sync replica has it
+                enable_idempotence=True,  # the producer's own retries add no copies
                 linger_ms=self.linger_ms,
                 request_timeout_ms=int(self.timeout_s * 1000),
             )

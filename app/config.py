@@ -24,6 +24,8 @@ Environment variables (``ENVIRONMENT`` below is the authoritative list):
   ``RANKWATCH_FETCH_WAIT_MS``, ``RANKWATCH_TICK_S``, ``RANKWATCH_STORE_GAP_S``,
   ``RANKWATCH_COMMIT_INTERVAL_S``, ``RANKWATCH_STATUS_FILE``,
   ``RANKWATCH_ALERT_SLOWDOWN``, ``RANKWATCH_ALERT_CLEAR``
+- ``RANKWATCH_HOOKS_SPOOL``: where the host's ranks spool (``[host] spool_dir``: the agent
+  and the relay send the spools ranks left)
 """
 
 from __future__ import annotations
@@ -192,6 +194,16 @@ class MinderWorkerConfig:
 
 
 @dataclass(frozen=True)
+class HostConfig:
+    """What the per-host processes (``rankwatch agent``, ``rankwatch relay``) share."""
+
+    spool_dir: str = ""
+    """Where this host's ranks spool what the broker did not take (as their hooks' own
+    ``RANKWATCH_HOOKS_SPOOL``; empty: the hooks' default, ``$TMPDIR/rankwatch-<uid>/spool``;
+    ``off``: none). The agent and the relay send the spools of ranks that are gone."""
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     clickhouse: ClickHouseConfig = field(default_factory=ClickHouseConfig)
@@ -201,6 +213,7 @@ class Config:
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     hang: HangWorkerConfig = field(default_factory=HangWorkerConfig)
     minder: MinderWorkerConfig = field(default_factory=MinderWorkerConfig)
+    host: HostConfig = field(default_factory=HostConfig)
 
 
 ENVIRONMENT: dict[str, str] = {
@@ -230,6 +243,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_STATUS_FILE": "worker.status_file",
     "RANKWATCH_ALERT_SLOWDOWN": "worker.alert_slowdown",
     "RANKWATCH_ALERT_CLEAR": "worker.alert_clear",
+    "RANKWATCH_HOOKS_SPOOL": "host.spool_dir",
 }
 """Environment variable -> the setting (``section.key``) it sets."""
 

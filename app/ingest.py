@@ -160,8 +160,8 @@ def _spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
     batch short ones)."""
     from dataclasses import replace
 
-    from rankwatch.hooks.spool import Spool
     from rankwatch.schemas.codec import decode_ops, encode_ops
+    from rankwatch.schemas.spool import Spool
 
     values = []
     for path in sorted(spool.glob("*.spool")):

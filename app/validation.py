@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch.hooks.spool import Spool
 from rankwatch.schemas.codec import decode_ops
 from rankwatch.schemas.optypes import CODE, COMPUTE
+from rankwatch.schemas.spool import Spool
 from rankwatch.sim import (
     Analysis,
     JobMeta,

@@ -33,10 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rankwatch.hooks.spool import Message
 from rankwatch.hooks.transports import KafkaTransport, RelayTransport
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.schemas.examples import example_batch
+from rankwatch.schemas.spool import Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.devbroker import DevBroker, create_topics

@@ -28,9 +28,9 @@ from rankwatch.hooks.session import (
     step_begin,
     step_end,
 )
-from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.transports import KafkaTransport, SinkTransport, SpoolTransport
+from rankwatch.schemas.spool import Spool
 
 __all__ = [
     "Clock",

@@ -10,7 +10,10 @@ flushed after ``partial_flush_s`` or past ``max_batch`` records, always holding 
 last record back so the step's closing message is never empty. The thread runs a round
 every ``flush_interval_s``, when woken at a step end, and when held steps fall due.
 Failed messages go to the spool (when configured) or are dropped and counted; the spool
-is resent while the transport works. Heartbeats go out every ``heartbeat_s``; the
+is resent while the transport works. While the spool holds anything, new op messages
+join it behind the older ones instead of overtaking them: a rank's messages reach the
+worker in the order they were made, so after a broker outage a step's spooled records
+come before the records of later steps, not after them. Heartbeats go out every ``heartbeat_s``; the
 watchdog (``watchdog.py``), when given, is asked each round whether the op in flight is
 stuck and its stack dump sent.
 
@@ -25,6 +28,7 @@ Every record put is accounted for in :class:`PublisherStats`:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -34,11 +38,12 @@ from rankwatch.hooks.buffer import RecordBuffer
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.records import MAX_STEPS_DONE, encode_ops
 from rankwatch.hooks.signals import StepSummaries
-from rankwatch.hooks.spool import Message, Spool
 from rankwatch.hooks.transports import Transport
 from rankwatch.schemas.batching import MAX_STEPS, BatchingRule, StepHold
+from rankwatch.schemas.spool import Message, Spool
 
 _RULE = BatchingRule()
+log = logging.getLogger("rankwatch.hooks")
 
 
 @dataclass(frozen=True)
@@ -142,7 +147,9 @@ class Publisher:
         self._wake.set()
 
     def close(self) -> PublisherStats:
-        """Stop the thread, send what is left (spool resend included), close the transport."""
+        """Stop the thread, send what is left (spool resend included), close the transport;
+        what the broker did not take stays in the spool, for the host's agent or relay
+        (``rankwatch.agent.spools``) to send once this process is gone."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -158,7 +165,17 @@ class Publisher:
                 self.transport.close()
             except Exception:
                 self.stats.errors += 1
-        return self.snapshot()
+            stats = self.snapshot()
+            if self.spool is not None:
+                if stats.in_spool:
+                    log.warning(
+                        "%d records left in spool %s: the host's rankwatch agent or relay"
+                        " sends them once the broker answers",
+                        stats.in_spool,
+                        self.spool.path,
+                    )
+                self.spool.close()
+        return stats
 
     def snapshot(self) -> PublisherStats:
         s = self.stats
@@ -305,6 +322,10 @@ class Publisher:
 
     def _deliver(self, messages: list[Message]) -> None:
         if not messages:
+            return
+        if self.spool is not None and self.spool.size:  # older ones wait there: in line
+            for message in messages:
+                self._keep(message)
             return
         for message, ok in zip(messages, self._send(messages), strict=True):
             if ok:

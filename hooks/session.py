@@ -4,8 +4,15 @@ Before ``init`` (or with ``RANKWATCH_HOOKS=off``) every call is a no-op, so libr
 code can be instrumented unconditionally — the global off switch.
 
 Where records go, first match wins: ``sink`` (a callable, the embedded mode), Kafka
-(``kafka=`` or ``RANKWATCH_KAFKA``; failed messages spooled under ``spool_dir`` when
-given), else a spool file only (``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``).
+(``kafka=`` or ``RANKWATCH_KAFKA``), else a spool file only, when one is named
+(``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``), else nowhere. With Kafka, messages the
+broker does not take are spooled: by default under
+:func:`~rankwatch.schemas.spool.default_spool_dir` (``$TMPDIR/rankwatch-<uid>/spool``),
+elsewhere with ``spool_dir`` or ``RANKWATCH_HOOKS_SPOOL``, not at all with ``off``. A
+spool a rank leaves behind (its job ended while the broker was away) is sent by the
+host's ``rankwatch agent`` or ``rankwatch relay``. Nothing here ever raises into the
+training program: a destination that cannot be used is one warning in the log, and the
+hooks go on without it (or, with none at all, do nothing).
 
 ``RANKWATCH_RELAY`` (``HooksConfig.relay``): the socket of this host's relay, with
 Kafka: small op messages go through it, bundled with the host's other ranks' (a worker
@@ -26,6 +33,7 @@ training script.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -35,7 +43,6 @@ from typing import Any
 from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.identity import Identity, identity_from_env
 from rankwatch.hooks.publisher import PublisherConfig
-from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.tracker import NOOP, RankWatch
 from rankwatch.hooks.transports import (
     KafkaTransport,
@@ -45,9 +52,13 @@ from rankwatch.hooks.transports import (
     Transport,
 )
 from rankwatch.hooks.watchdog import WatchdogConfig
+from rankwatch.schemas.spool import DEFAULT_MAX_BYTES as DEFAULT_SPOOL_BYTES
+from rankwatch.schemas.spool import SUFFIX as SPOOL_SUFFIX
+from rankwatch.schemas.spool import Spool, SpoolBusy, default_spool_dir, private_dir
 from rankwatch.schemas.topics import TOPICS
 
 OFF_VALUES = frozenset({"0", "off", "false", "no"})
+log = logging.getLogger("rankwatch.hooks")
 OPS_FROM = ("all", "tp0")
 
 
@@ -58,7 +69,9 @@ class HooksConfig:
     """Bootstrap servers; empty: no Kafka."""
     topic_prefix: str = "rankwatch"
     spool_dir: str = ""
-    spool_max_bytes: int = 256 * 1024 * 1024
+    """Where this rank's spool goes: empty for :func:`default_spool_dir`, ``off`` for no
+    spool at all (a broker that is away then costs the records it does not take)."""
+    spool_max_bytes: int = DEFAULT_SPOOL_BYTES
     capacity: int = 100_000
     """Records the buffer holds before dropping the oldest."""
     publisher: PublisherConfig = field(default_factory=PublisherConfig)
@@ -122,7 +135,10 @@ def init(
     if not config.enabled:
         return None
     identity = identity or identity_from_env()
-    transport, spool = _destination(config, identity, sink)
+    destination = _destination(config, identity, sink)
+    if destination is None:
+        return None
+    transport, spool = destination
     publisher = replace(config.publisher, send_ops=config.sends_ops(identity))
     _current = RankWatch(
         identity,
@@ -137,14 +153,30 @@ def init(
     return _current
 
 
+def open_spool(config: HooksConfig, identity: Identity) -> Spool | None:
+    """This rank's spool, or None (``off``, or it cannot be used: said in the log). Named
+    for the job and rank, no pid, so that a restarted rank finds its predecessor's spool
+    and resends it; while another live process holds that one, the pid is added."""
+    if config.spool_dir.lower() in OFF_VALUES | {"none"}:
+        return None
+    try:
+        folder = private_dir(Path(config.spool_dir) if config.spool_dir else default_spool_dir())
+        name = f"{identity.job}.rank{identity.rank}"
+        try:
+            return Spool(folder / f"{name}{SPOOL_SUFFIX}", config.spool_max_bytes)
+        except SpoolBusy:
+            return Spool(folder / f"{name}.{os.getpid()}{SPOOL_SUFFIX}", config.spool_max_bytes)
+    except OSError as exc:
+        log.warning("rankwatch hooks: no spool (%s): records the broker misses are lost", exc)
+        return None
+
+
 def _destination(
     config: HooksConfig, identity: Identity, sink: Callable[[str, bytes], None] | None
-) -> tuple[Transport, Spool | None]:
-    spool = None
-    if config.spool_dir:
-        # no pid in the name: a restarted rank finds its predecessor's spool and resends it
-        name = f"{identity.job}.rank{identity.rank}.spool"
-        spool = Spool(Path(config.spool_dir) / name, config.spool_max_bytes)
+) -> tuple[Transport, Spool | None] | None:
+    """Where this rank's messages go, and its spool; None when nowhere (logged)."""
+    # in-process (a sink) only a spool asked for: the sink is the destination
+    spool = open_spool(config, identity) if sink is None or config.spool_dir else None
     if sink is not None:
         return SinkTransport(sink), spool
     if config.kafka:
@@ -153,8 +185,14 @@ def _destination(
         if config.relay:
             return RelayTransport(config.relay, direct), spool
         return direct, spool
-    if spool is None:
-        raise ValueError("rankwatch hooks: no destination (give a sink, kafka or spool_dir)")
+    if spool is None or not config.spool_dir:  # a spool alone only when one is named
+        if spool is not None:
+            spool.close()
+        log.warning(
+            "rankwatch hooks: off, nothing is recorded: no destination (set"
+            " RANKWATCH_KAFKA, or RANKWATCH_HOOKS_SPOOL to record to a file)"
+        )
+        return None
     return SpoolTransport(spool), None
 
 

@@ -37,10 +37,10 @@ from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.publisher import Publisher, PublisherConfig, PublisherStats
 from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, encode_heartbeat
 from rankwatch.hooks.signals import ALGORITHMS, StepNotes
-from rankwatch.hooks.spool import Spool
 from rankwatch.hooks.transports import Transport
 from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig
 from rankwatch.schemas.optypes import COMMUNICATING, COMPUTE
+from rankwatch.schemas.spool import Spool
 
 
 class _Op:

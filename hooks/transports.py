@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from rankwatch.hooks.spool import Message, Spool
 from rankwatch.schemas.batching import RelayRule
+from rankwatch.schemas.spool import Message, Spool
 from rankwatch.schemas.topics import TOPICS
 
+log = logging.getLogger("rankwatch.hooks")
 ALONE_BYTES = RelayRule().alone_bytes
 """Ops frames this large go ``direct`` even with a relay (it would send them alone)."""
 
@@ -61,7 +63,7 @@ class SpoolTransport:
         return [self.spool.append(m) for m in messages]
 
     def close(self) -> None:
-        pass
+        self.spool.close()
 
 
 class KafkaTransport:
@@ -71,6 +73,13 @@ class KafkaTransport:
     makes ``send`` fail within about ``timeout_s`` (the producer's request timeout also
     expires queued batches); the producer is then dropped and restarted at most every
     ``retry_s``, so a dead broker costs the publisher thread little.
+
+    A message counts as sent once every in-sync replica has it (``acks=all``): with
+    ``acks=1`` a leader that fails before its followers copied a batch loses it after
+    acknowledging it. The producer is idempotent, so its own retries inside one session
+    add no copies (a message resent from the spool by a new session may: the worker takes
+    a batch once, by its rank, ``batch_seq`` and first step). Without aiokafka installed,
+    every send fails, said once in the log (``pip install 'rankwatch[kafka]'``).
     """
 
     def __init__(
@@ -139,7 +148,16 @@ class KafkaTransport:
         if now < self._next_try:
             return False
         self._next_try = now + self.retry_s
-        from aiokafka import AIOKafkaProducer
+        try:
+            from aiokafka import AIOKafkaProducer
+        except ImportError as exc:
+            if not self.last_error:
+                log.warning(
+                    "rankwatch hooks: cannot send to Kafka, aiokafka is not installed"
+                    " (pip install 'rankwatch[kafka]'): records go to the spool, if any"
+                )
+            self.last_error = repr(exc)
+            return False
 
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
@@ -148,7 +166,8 @@ class KafkaTransport:
         async def start() -> Any:
             producer = AIOKafkaProducer(
                 bootstrap_servers=self.bootstrap,
-                acks=1,
+                acks="all",
+                enable_idempotence=True,
                 linger_ms=5,
                 request_timeout_ms=ms,
                 retry_backoff_ms=100,

@@ -1,20 +1,47 @@
 """A local spool file: messages the broker did not take, kept for a later resend.
 
+A contract between two processes of a host, so it lives with the others: the hooks write
+it (``rankwatch.hooks``), the host's agent or relay reads what a rank left behind
+(``rankwatch.agent.spools``).
+
 Frames are ``kind code (1 byte) | records (4 bytes) | length (4 bytes) | payload``, so a
 resend knows how many op records each message carries (for the accounting). The file
 is bounded; a message that does not fit is refused and the caller counts it dropped.
 Only the publisher thread touches it.
+
+A rank spools by default, into :func:`default_spool_dir` (private to the user, on the
+host's own disk), and holds an exclusive ``flock`` on ``<file>.lock`` while it runs: a
+file whose lock is free belongs to a rank that is gone, and the host's agent or relay
+sends it (``rankwatch.agent.spools``), so a job that ends while the broker is away
+loses nothing even if it never runs again.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import stat
 import struct
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 KINDS = ("ops", "heartbeats")
 _HEADER = struct.Struct(">BII")
+SUFFIX = ".spool"
+LOCK_SUFFIX = ".lock"
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+"""A rank's spool at most (about 3 million op records): what a rank publishing SE-like
+steps writes in hours of broker outage."""
+
+
+class SpoolError(OSError):
+    """The spool cannot be used: its directory is not private, or cannot be made."""
+
+
+class SpoolBusy(SpoolError):
+    """Another live process holds this spool (the same rank run twice, or an agent
+    sending it)."""
 
 
 class Message(NamedTuple):
@@ -24,11 +51,63 @@ class Message(NamedTuple):
     """Op records inside (0 for heartbeats)."""
 
 
+def default_spool_dir() -> Path:
+    """``$TMPDIR/rankwatch-<uid>/spool``: per user (the directory is the user's alone,
+    mode 0700) and on the host's own disk, where its agent finds it; not the home
+    directory, which clusters share over NFS, where ``flock`` cannot be trusted."""
+    return Path(tempfile.gettempdir()) / f"rankwatch-{os.getuid()}" / "spool"
+
+
+def private_dir(path: Path) -> Path:
+    """``path``, made if missing (mode 0700, and its parent too when that is the default's
+    ``rankwatch-<uid>``), after checking no one else can write there: in a shared /tmp,
+    a directory someone else made first (or a link to one) would let them read and plant
+    spooled messages. Raises :class:`SpoolError` saying why."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for folder in (path, path.parent) if path.parent.name.startswith("rankwatch-") else (path,):
+        info = folder.lstat()
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise SpoolError(f"spool directory {folder} is not a directory of its own")
+        if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise SpoolError(
+                f"spool directory {folder} is not private to this user"
+                f" (owner uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):o})"
+            )
+    return path
+
+
+def take_lock(path: Path) -> int | None:
+    """An exclusive lock on ``<path>.lock`` (its descriptor), or None when another
+    process holds it."""
+    fd = os.open(f"{path}{LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Spool:
-    def __init__(self, path: str | os.PathLike[str], max_bytes: int = 256 * 1024 * 1024) -> None:
+    """One rank's spool file. ``lock``: hold ``<path>.lock`` for as long as the spool is
+    open (raises :class:`SpoolBusy` when another process holds it); the agent that sends
+    a dead rank's spool takes the lock itself and opens it without."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        lock: bool = True,
+    ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock_fd: int | None = None
+        if lock:
+            self._lock_fd = take_lock(self.path)
+            if self._lock_fd is None:
+                raise SpoolBusy(f"spool {self.path} is held by another process")
         self._size = self.path.stat().st_size if self.path.exists() else 0
 
     @property
@@ -49,13 +128,16 @@ class Spool:
         """Every complete message in the file (a torn last frame is ignored)."""
         if not self._size:
             return []
-        data = self.path.read_bytes()
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:  # sent and removed by an agent after close
+            return []
         out: list[Message] = []
         pos = 0
         while pos + _HEADER.size <= len(data):
             code, records, length = _HEADER.unpack_from(data, pos)
             start = pos + _HEADER.size
-            if start + length > len(data):
+            if start + length > len(data) or code >= len(KINDS):
                 break
             out.append(Message(KINDS[code], data[start : start + length], records))
             pos = start + length
@@ -72,3 +154,14 @@ class Spool:
 
     def pending_records(self) -> int:
         return sum(m.records for m in self.read())
+
+    def close(self) -> None:
+        """Let the lock go: the file, if anything is left in it, is the agent's to send;
+        an empty one is removed with its lock file."""
+        if self._lock_fd is None:
+            return
+        if not self._size:
+            for leftover in (self.path, Path(f"{self.path}{LOCK_SUFFIX}")):
+                leftover.unlink(missing_ok=True)
+        os.close(self._lock_fd)
+        self._lock_fd = None

@@ -211,11 +211,13 @@ class Rank:
         identity = identity_from_groups(
             dist, job=cfg.job, dp_group=self.dp_group, pp_group=self.pp_group
         )
-        hooks = HooksConfig(
+        # the environment's hooks settings hold (RANKWATCH_HOOKS_SPOOL, RANKWATCH_RELAY,
+        # RANKWATCH_OPS_FROM, ...) unless the workload's own config sets them
+        hooks = HooksConfig.from_env(
             kafka=cfg.kafka,
             topic_prefix=cfg.topic_prefix,
-            spool_dir=cfg.spool_dir,
-            relay=cfg.relay,
+            spool_dir=cfg.spool_dir or None,
+            relay=cfg.relay or None,
             publisher=PublisherConfig(flush_interval_s=0.25, heartbeat_s=2.0),
         )
         return init(hooks, identity=identity, clock=self.clock)

@@ -35,7 +35,46 @@ def register(subparsers: Any) -> None:
         help="sample this process as a machine named NAME (repeatable)",
     )
     parser.add_argument("--no-gpu", action="store_true", help="skip NVML")
+    add_spool_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_spool_arguments(parser: Any) -> None:
+    """``--spool-dir`` and ``--no-sweep``: the agent and the relay send the spools that
+    ranks of this host left behind (``rankwatch.agent.spools``)."""
+    parser.add_argument(
+        "--spool-dir",
+        metavar="DIR",
+        help="where this host's ranks spool (default: RANKWATCH_HOOKS_SPOOL, else"
+        " $TMPDIR/rankwatch-<uid>/spool, as the hooks do); spools of ranks that are gone"
+        " are sent to <prefix>.ops every 10 s",
+    )
+    parser.add_argument("--no-sweep", action="store_true", help="do not send left spools")
+
+
+def start_sweeper(args: argparse.Namespace, config: Any, bootstrap: str, stop: Any) -> Any:
+    """The spool sweeper's closer (None when there is none to run: --no-sweep, no Kafka,
+    or the spool directory switched off)."""
+    from pathlib import Path
+
+    from rankwatch.agent.spools import kafka_sweeper, sweep_in_background
+    from rankwatch.hooks.session import OFF_VALUES
+    from rankwatch.schemas.spool import default_spool_dir
+
+    prefix = config.kafka.topic_prefix
+    where = args.spool_dir or config.host.spool_dir
+    if args.no_sweep or not bootstrap or where.lower() in OFF_VALUES | {"none"}:
+        return None
+    sweeper, close = kafka_sweeper(
+        bootstrap, f"{prefix}.ops", Path(where) if where else default_spool_dir()
+    )
+    thread = sweep_in_background(sweeper, stop)
+
+    def finish() -> None:  # once ``stop`` is set: the sweep under way ends first
+        thread.join(timeout=30)
+        close()
+
+    return finish
 
 
 def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
@@ -96,8 +135,13 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    bootstrap = "" if args.stdout else (args.kafka or config.kafka.bootstrap)
+    close_sweeper = start_sweeper(args, config, bootstrap, stop)
     run_agents(agents, args.interval, stop, count=args.count)
+    stop.set()
     outbox.close()
+    if close_sweeper is not None:
+        close_sweeper()
     c = outbox.counters
     print(
         f"rankwatch agent: {c.sent} sent, {c.dropped_full + c.dropped_failed} dropped, "

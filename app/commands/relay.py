@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from rankwatch.commands.agent import add_spool_arguments, start_sweeper
+
 DESCRIPTION = """\
 Take the small op messages of this host's ranks on a Unix datagram socket and send
 them to <prefix>.ops in bundles, one per job and moment (what the stream worker pays
@@ -33,6 +35,7 @@ def register(subparsers: Any) -> None:
         help="send bundles of whole frames, not joined (for workers older than x-joined)",
     )  # fmt: skip
     parser.add_argument("--status-file", help="write the counters here as JSON, each second")
+    add_spool_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -73,11 +76,15 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    close_sweeper = start_sweeper(args, config, bootstrap, stop)
     try:
         counters = Relay(sock, producer, rule).run(stop, report)
     finally:
+        stop.set()
         sock.close()
         Path(args.socket).unlink(missing_ok=True)
         producer.close()
+        if close_sweeper is not None:
+            close_sweeper()
     print(f"rankwatch relay: {json.dumps(dataclasses.asdict(counters))}", file=sys.stderr)
     return 0

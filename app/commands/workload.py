@@ -33,6 +33,17 @@ def register(sub: Any) -> None:
         "--clickhouse", metavar="DSN", help="store of the embedded analysis (default from config)"
     )
     parser.add_argument("--topic-prefix", default="rankwatch")
+    parser.add_argument(
+        "--spool-dir",
+        metavar="DIR",
+        help="with --kafka: where the ranks spool what the broker does not take (default:"
+        " RANKWATCH_HOOKS_SPOOL, else $TMPDIR/rankwatch-<uid>/spool; 'off': no spool)",
+    )
+    parser.add_argument(
+        "--relay",
+        metavar="SOCKET",
+        help="with --kafka: the host relay's socket (default: RANKWATCH_RELAY, else none)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -53,15 +64,37 @@ def run(args: argparse.Namespace) -> int:
         slow_matmuls=args.slow_matmuls,
         kafka=args.kafka or "",
         topic_prefix=args.topic_prefix,
+        spool_dir=args.spool_dir or "",
+        relay=args.relay or "",
     )
     if args.kafka:
         result = run_job(cfg, args.dir / "out")
-        sent = sum(s["messages_sent"] for s in result.hook_stats())
-        print(f"job {args.job}: {cfg.world} ranks, {cfg.steps} steps, {sent} messages sent")
-        return 0
+        return report_delivery(args.job, cfg.world, cfg.steps, result.hook_stats())
     from rankwatch.ingest import format_step_table, run_embedded_workload
 
     embedded = run_embedded_workload(cfg, args.dir, dsn=args.clickhouse)
     print(embedded.headline())
     print(format_step_table(embedded.rows))
+    return 0
+
+
+def report_delivery(job: str, world: int, steps: int, stats: list[dict[str, int]]) -> int:
+    """Say what the ranks' hooks did with their records; non-zero when any was lost (a
+    broker that was away and no spool, or a full one): the job's data is incomplete."""
+    total = {k: sum(s.get(k, 0) for s in stats) for k in ("put", "sent", "resent", "in_spool")}
+    dropped = sum(s.get("dropped_buffer", 0) + s.get("dropped_send", 0) for s in stats)
+    messages = sum(s.get("messages_sent", 0) for s in stats)
+    print(
+        f"job {job}: {world} ranks, {steps} steps, {messages} messages sent; records:"
+        f" {total['put']} made, {total['sent']} sent, {total['resent']} sent from the spool,"
+        f" {total['in_spool']} left in the spool, {dropped} dropped"
+    )
+    if total["in_spool"]:
+        print(
+            f"  {total['in_spool']} records wait in the ranks' spools: the host's"
+            " `rankwatch agent` or `rankwatch relay` sends them once the broker answers"
+        )
+    if dropped:
+        print(f"  {dropped} records were lost (the broker did not take them, and no spool did)")
+        return 1
     return 0

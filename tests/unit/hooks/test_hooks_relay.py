@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from rankwatch.agent.relay import Relay, bind
-from rankwatch.hooks.spool import Message
 from rankwatch.hooks.transports import RelayTransport
 from rankwatch.schemas import bundle, joined
 from rankwatch.schemas.batching import RelayRule
 from rankwatch.schemas.codec import OpBatch, decode_ops_members, encode_ops
 from rankwatch.schemas.examples import example_batch
+from rankwatch.schemas.spool import Message
 
 
 class Direct:

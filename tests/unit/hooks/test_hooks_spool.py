@@ -1,8 +1,20 @@
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
-from rankwatch.hooks.spool import Message, Spool
+import pytest
+
+from rankwatch.schemas.spool import (
+    Message,
+    Spool,
+    SpoolBusy,
+    SpoolError,
+    default_spool_dir,
+    private_dir,
+    take_lock,
+)
 
 
 def test_append_read_replace(tmp_path: Path) -> None:
@@ -13,6 +25,7 @@ def test_append_read_replace(tmp_path: Path) -> None:
     assert spool.pending_records() == 3
     spool.replace([b])
     assert spool.read() == [b] and spool.pending_records() == 0
+    spool.close()
     assert Spool(tmp_path / "s" / "r0.spool").read() == [b]  # survives a restart
 
 
@@ -29,4 +42,40 @@ def test_a_torn_last_frame_is_ignored(tmp_path: Path) -> None:
     spool.append(Message("ops", b"whole", 2))
     spool.append(Message("ops", b"torn-frame", 2))
     path.write_bytes(path.read_bytes()[:-3])
+    spool.close()
     assert Spool(path).read() == [Message("ops", b"whole", 2)]
+
+
+def test_a_spool_belongs_to_one_live_process_and_an_empty_one_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.rank0.spool"
+    spool = Spool(path)
+    with pytest.raises(SpoolBusy):
+        Spool(path)  # the same rank twice, or an agent sending it
+    assert take_lock(path) is None
+    spool.close()
+    assert not path.exists() and not Path(f"{path}.lock").exists()
+    kept = Spool(path)
+    kept.append(Message("ops", b"x", 1))
+    kept.close()
+    assert path.exists()  # left for the host's agent: its lock is free now
+    fd = take_lock(path)
+    assert fd is not None
+    os.close(fd)
+
+
+def test_the_default_directory_is_private_and_a_shared_one_is_refused(tmp_path: Path) -> None:
+    folder = private_dir(tmp_path / "rankwatch-1" / "spool")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(SpoolError, match="not private"):
+        private_dir(shared)
+    link = tmp_path / "rankwatch-2"
+    link.symlink_to(shared)
+    with pytest.raises(SpoolError, match="not a directory of its own"):
+        private_dir(link / "spool")
+    assert default_spool_dir().name == "spool"
+    assert default_spool_dir().parent.name == f"rankwatch-{os.getuid()}"
