@@ -13,7 +13,8 @@ Environment variables (``ENVIRONMENT`` below is the authoritative list):
 - ``RANKWATCH_DATABASE``: ClickHouse database name (default: the DSN's, else rankwatch)
 - ``RANKWATCH_HOUSEKEEPING_NICE``: nice value of embedded chDB's merges (default 19)
 - ``RANKWATCH_STORE_TIMEOUT_S``: a ClickHouse server's longest silence on one request
-- ``RANKWATCH_GRACE_S``: seconds before an incomplete step is analysed as partial
+- ``RANKWATCH_GRACE_S``: seconds of its job's messages before an incomplete step is
+  analysed as partial; ``RANKWATCH_QUIET_GRACE_S``: seconds a silent job's steps wait
 - ``RANKWATCH_STEP_WINDOW``: steps a batch may be from its job's newest (else a dead letter)
 - ``RANKWATCH_PARTITIONS`` / ``RANKWATCH_REPLICATION``: for the topics a worker creates
 - ``RANKWATCH_GROUP``: the workers' Kafka consumer group
@@ -229,6 +230,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_HOUSEKEEPING_NICE": "clickhouse.housekeeping_nice",
     "RANKWATCH_STORE_TIMEOUT_S": "clickhouse.timeout_s",
     "RANKWATCH_GRACE_S": "assembly.grace_s",
+    "RANKWATCH_QUIET_GRACE_S": "assembly.quiet_grace_s",
     "RANKWATCH_LATE": "assembly.late",
     "RANKWATCH_STEP_WINDOW": "assembly.step_window",
     "RANKWATCH_WINDOW": "worker.window",

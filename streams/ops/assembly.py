@@ -10,7 +10,13 @@ analysis (the others are counted and ignored). A worker has finished a step when
 the batch carrying the step's end arrived (``steps_done`` in the batch, or an
 ``optimizer`` op for batches that do not declare it) and, when it declared how
 many ops the step has, that many records arrived. A step is *complete* when every
-expected worker finished it, *partial* when the grace period ran out first.
+expected worker finished it, *partial* when its grace ran out first: its job went on
+sending for ``grace_s`` without completing it, or sent nothing at all for
+``quiet_grace_s``. The grace runs on the job's own messages, not on the clock, because a
+worker cannot tell a rank that is gone from records held up where it cannot see them
+(in a spool while the broker is away): it waits while the whole job is silent, and
+restarts the grace of every open step after a time it could not read at all
+(:meth:`StepAssembler.restart_grace`).
 
 Idempotence: a batch seen before (same ``OpBatch.delivery_key``: rank, batch_seq and
 first step) is a duplicate and is skipped whole; records repeated across batches
@@ -51,7 +57,17 @@ Worker = tuple[int, int]
 @dataclass(frozen=True)
 class AssemblyConfig:
     grace_s: float = 30.0
-    """How long after a step's first batch it is closed as partial if incomplete."""
+    """How long a job may go on sending after a step's first batch without completing
+    it: then the step is closed as partial (its missing workers are missing, not slow).
+    Counted on the job's messages, not the wall clock: a job none of whose ranks sends
+    anything (its records held in spools by a broker outage, its ranks gone) does not
+    run its steps' grace out; ``quiet_grace_s`` closes those."""
+    quiet_grace_s: float = 600.0
+    """How long the open steps of a job none of whose ranks sends anything wait before
+    they are closed as partial: longer than a broker outage's spools take to come
+    (a job that ended during one is sent by its host's agent or relay within seconds of
+    the broker's return), short enough that a job that died mid-step has its last step
+    stored within minutes."""
     max_open_steps: int = 64
     """Per job; beyond it the oldest open step is closed as partial (bounded memory)."""
     closed_memory: int = 4096
@@ -157,6 +173,8 @@ class _Job:
     kept: OrderedDict[int, _OpenStep] = field(default_factory=OrderedDict)
     """Partial steps whose records wait for late batches (``late = "reanalyse"``)."""
     seen_batches: OrderedDict[tuple[int, int, int], None] = field(default_factory=OrderedDict)
+    heard_ns: int = 0
+    """When the job's latest batch came (any rank, any step): its steps' grace runs on it."""
     expected: frozenset[Worker] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -195,6 +213,7 @@ class StepAssembler:
         self.counters.batches_in += 1
         self.counters.records_in += len(batch)
         job = self._job(batch)
+        job.heard_ns = max(job.heard_ns, now_ns)
         if self._is_duplicate(job, batch):
             self.counters.duplicate_batches += 1
             self.counters.duplicate_records += len(batch)
@@ -223,6 +242,7 @@ class StepAssembler:
         if together is None:
             return None
         job, step, workers, keys = together
+        job.heard_ns = max(job.heard_ns, now_ns)
         self.counters.batches_in += len(batches)
         self.counters.records_in += sum(len(b) for b in batches)
         job.seen_batches.update(dict.fromkeys(keys))
@@ -295,11 +315,19 @@ class StepAssembler:
         return list(state.closed) if state is not None else []
 
     def expire(self, now_ns: int) -> list[AssembledStep]:
-        """Close, as partial, every step whose grace period has run out."""
+        """Close, as partial, every step whose grace has run out: its job went on sending
+        for ``grace_s`` after the step's first batch without completing it, or has sent
+        nothing for ``quiet_grace_s``."""
         grace_ns = int(self.config.grace_s * 1e9)
+        quiet = now_ns - int(max(self.config.quiet_grace_s, self.config.grace_s) * 1e9)
         out = []
         for name, job in self._jobs.items():
-            stale = [s for s, o in job.open.items() if now_ns - o.first_seen_ns >= grace_ns]
+            stale = [
+                s
+                for s, o in job.open.items()
+                if job.heard_ns - o.first_seen_ns >= grace_ns
+                or max(job.heard_ns, o.first_seen_ns) <= quiet
+            ]
             out += [self._close(name, job, s, partial=True) for s in stale]
         return out
 

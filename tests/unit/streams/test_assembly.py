@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -119,14 +121,30 @@ def test_several_steps_in_one_batch_give_the_steps_one_batch_each_gives(shuffled
 
 
 def test_grace_period_closes_an_incomplete_step_as_partial_naming_the_missing() -> None:
+    """Stage 1 never sends step 1 while stage 0 goes on: once the job has gone on for
+    the grace (30 s of its own messages) after the step's first batch, the step closes
+    partial, naming the missing worker."""
     asm = StepAssembler(AssemblyConfig(grace_s=30))
     asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
-    assert asm.expire(now_ns=29 * S) == []
-    closed = asm.expire(now_ns=30 * S)
-    assert len(closed) == 1
-    assert closed[0].partial
-    assert closed[0].missing_workers == ((0, 1),)
+    asm.add(make_batch(worker_step(2, 0, 9.0), pp=0, seq=1), now_ns=29 * S)
+    assert asm.expire(now_ns=31 * S) == []
+    asm.add(make_batch(worker_step(3, 0, 18.0), pp=0, seq=2), now_ns=30 * S)
+    (closed,) = asm.expire(now_ns=31 * S)
+    assert closed.step == 1 and closed.partial
+    assert closed.missing_workers == ((0, 1),)
     assert asm.counters.steps_partial == 1
+
+
+def test_a_silent_jobs_steps_wait_for_the_quiet_grace_not_the_grace() -> None:
+    """The whole job falls silent (its records held in spools by a broker outage, or its
+    ranks gone): its open step waits ``quiet_grace_s``, not ``grace_s``, counted from
+    the job's last message."""
+    asm = StepAssembler(AssemblyConfig(grace_s=30, quiet_grace_s=600))
+    asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
+    asm.add(make_batch(worker_step(2, 0, 9.0), pp=0, seq=1), now_ns=10 * S)
+    assert asm.expire(now_ns=609 * S) == []
+    closed = asm.expire(now_ns=610 * S)
+    assert [c.step for c in closed] == [1, 2] and all(c.partial for c in closed)
 
 
 def test_time_the_worker_could_not_read_does_not_count_against_a_step() -> None:
@@ -135,18 +153,20 @@ def test_time_the_worker_could_not_read_does_not_count_against_a_step() -> None:
     completes it; a step with a worker really gone still closes a grace later."""
     asm = StepAssembler(AssemblyConfig(grace_s=30))
     asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
-    assert asm.restart_grace(now_ns=50 * S) == 1
+    asm.add(make_batch(worker_step(2, 0, 9.0), pp=0, seq=1), now_ns=40 * S)  # drained
+    assert asm.restart_grace(now_ns=50 * S) == 2
     assert asm.expire(now_ns=51 * S) == []
     (closed,) = asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=52 * S)
     assert not closed.partial and asm.counters.late_batches == 0
-    asm.add(make_batch(worker_step(2, 0, 9.0), pp=0), now_ns=53 * S)
-    assert asm.expire(now_ns=82 * S) == []
-    (gone,) = asm.expire(now_ns=83 * S)
-    assert gone.partial and gone.missing_workers == ((0, 1),)
+    asm.add(make_batch(worker_step(3, 0, 18.0), pp=0, seq=2), now_ns=79 * S)
+    assert asm.expire(now_ns=80 * S) == []
+    asm.add(make_batch(worker_step(4, 0, 27.0), pp=0, seq=3), now_ns=81 * S)
+    (gone,) = asm.expire(now_ns=81 * S)
+    assert gone.step == 2 and gone.partial and gone.missing_workers == ((0, 1),)
 
 
 def test_late_batch_for_a_closed_step_is_counted_and_dropped() -> None:
-    asm = StepAssembler(AssemblyConfig(grace_s=1))
+    asm = StepAssembler(AssemblyConfig(grace_s=1, quiet_grace_s=1))
     asm.add(make_batch(worker_step(1, 0, 0.0), pp=0), now_ns=0)
     asm.expire(now_ns=2 * S)
     assert asm.add(make_batch(worker_step(1, 1, 0.0), pp=1), now_ns=3 * S) == []
@@ -232,7 +252,8 @@ def test_dedup_key_order_is_the_tuple_order() -> None:
         np.testing.assert_array_equal(_first_of_each_key(rank, optype, seq_id), want)
 
 
-REANALYSE = AssemblyConfig(grace_s=1, late="reanalyse")
+REANALYSE = AssemblyConfig(grace_s=1, quiet_grace_s=1, late="reanalyse")
+"""Quiet grace 1 s: the tests' jobs send one batch, then nothing, for a second."""
 
 
 def test_reanalyse_a_late_batch_completes_the_partial_step_it_was_missing_from() -> None:
@@ -262,7 +283,7 @@ def test_reanalyse_a_late_batch_completes_the_partial_step_it_was_missing_from()
 
 
 def test_reanalyse_waits_until_every_missing_worker_is_in() -> None:
-    asm = StepAssembler(AssemblyConfig(grace_s=1, late="reanalyse"))
+    asm = StepAssembler(REANALYSE)
     layout = (2, 2)
     asm.add(make_batch(worker_step(1, 0, 0.0), layout=layout), now_ns=0)
     (partial,) = asm.expire(now_ns=2 * S)
@@ -277,7 +298,7 @@ def test_reanalyse_waits_until_every_missing_worker_is_in() -> None:
 
 
 def test_reanalyse_keeps_only_the_latest_partial_steps() -> None:
-    asm = StepAssembler(AssemblyConfig(grace_s=1, late="reanalyse", reopen_memory=2))
+    asm = StepAssembler(dataclasses.replace(REANALYSE, reopen_memory=2))
     for step in (1, 2, 3):
         asm.add(make_batch(worker_step(step, 0, step * 10.0), pp=0, seq=step), now_ns=0)
     assert len(asm.expire(now_ns=2 * S)) == 3

@@ -97,7 +97,8 @@ def test_a_late_batch_turns_a_partial_row_into_the_analysed_one_when_configured(
     rest = messages[:held] + messages[held + 1 :]
     for late, expect_complete in (("drop", False), ("reanalyse", True)):
         pipeline = Pipeline(
-            assembly=AssemblyConfig(grace_s=1.0, late=late), analyser=WhatIfAnalyser()
+            assembly=AssemblyConfig(grace_s=1.0, quiet_grace_s=1.0, late=late),
+            analyser=WhatIfAnalyser(),
         )
         out = Output()
         for i, data in enumerate(rest):

@@ -33,7 +33,9 @@ def run(
     pipeline = Pipeline(assembly=AssemblyConfig(grace_s=1e9), keep_ops=keep_ops)
     out = Output()
     for offset, (batch, key) in enumerate(items):
-        source = Source("p.ops", 0, offset, key, ORIGIN + offset)
+        # unkeyed: a file or the embedded runner, from no topic (keyless records of a
+        # topic are refused: test_stream_records_without.py)
+        source = Source("p.ops", -1 if key is None else 0, offset, key, ORIGIN + offset)
         out.extend(pipeline.on_message(encode_ops(batch), source, ORIGIN))
     out.extend(pipeline.flush(ORIGIN))
     return pipeline, out
