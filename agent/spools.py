@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rankwatch.schemas.spool import LOCK_SUFFIX, SUFFIX, Spool, take_lock
+from rankwatch.schemas.spool import LOCK_SUFFIX, SUFFIX, Message, Spool, take_lock
 
 log = logging.getLogger("rankwatch.agent")
 
@@ -60,49 +60,69 @@ class SpoolSweeper:
         self.counters = SweepCounters()
 
     def sweep(self) -> int:
-        """Send every left spool once; returns how many files were sent and removed."""
+        """Send every left spool once; returns how many files were sent and removed.
+
+        A job's left spools go in one send, its ranks' messages together: sent one file
+        at a time, a job's last ranks could reach the worker a sweep after its first
+        ones, and their steps wait on the missing ranks meanwhile. The sweep stops at
+        the first send that fails (the broker is away: the next sweep tries them all)."""
         if not self.directory.is_dir():
             return 0
-        sent = 0
+        by_job: dict[str, list[Path]] = {}
         for path in sorted(self.directory.glob(f"*{SUFFIX}")):
-            fd = take_lock(path)
-            if fd is None:  # its rank runs, or another sweeper has it
-                continue
+            by_job.setdefault(job_of(path), []).append(path)
+        sent = 0
+        for job, paths in sorted(by_job.items()):
+            locks = [(path, take_lock(path)) for path in paths]
             try:
-                sent += self._send_file(path)
+                mine = [path for path, fd in locks if fd is not None]  # the others' ranks run
+                if mine:
+                    done = self._send_job(job, mine)
+                    if done is None:
+                        break
+                    sent += done
             finally:
-                os.close(fd)
+                for _, fd in locks:
+                    if fd is not None:
+                        os.close(fd)
         return sent
 
-    def _send_file(self, path: Path) -> int:
-        """Send one spool whose lock this sweeper holds, then remove it (and its lock)."""
-        job = job_of(path)
-        try:
-            messages = [m for m in Spool(path, lock=False).read() if m.kind == "ops"]
-        except OSError as exc:
-            self.counters.unreadable += 1
-            log.warning("left spool %s not readable: %s", path, exc)
-            return 0
+    def _send_job(self, job: str, paths: list[Path]) -> int | None:
+        """Send the spools of ``job`` whose locks this sweeper holds, then remove them (and
+        their locks); None when the send failed (all kept)."""
+        readable: list[tuple[Path, list[Message]]] = []
+        for path in paths:
+            try:
+                readable.append(
+                    (path, [m for m in Spool(path, lock=False).read() if m.kind == "ops"])
+                )
+            except OSError as exc:
+                self.counters.unreadable += 1
+                log.warning("left spool %s not readable: %s", path, exc)
+        messages = [m for _, got in readable for m in got]
         if messages and not job:
-            self.counters.unreadable += 1
-            log.warning("left spool %s: no job in its name, not sent", path)
+            self.counters.unreadable += len(readable)
+            log.warning(
+                "left spools %s: no job in their names, not sent", [str(p) for p, _ in readable]
+            )
             return 0
         if messages:
             try:
                 self.send([(job.encode(), m.value) for m in messages])
             except Exception as exc:  # the broker is still away: the next sweep retries
                 self.counters.send_failures += 1
-                log.debug("left spool %s not sent yet: %s", path, exc)
-                return 0
-        self.counters.files_sent += 1
+                log.debug("left spools of %s not sent yet: %s", job, exc)
+                return None
+        records = sum(m.records for m in messages)
+        self.counters.files_sent += len(readable)
         self.counters.messages_sent += len(messages)
-        self.counters.records_sent += sum(m.records for m in messages)
-        log.info(
-            "sent %d records of job %s left in %s", sum(m.records for m in messages), job, path
-        )
-        path.unlink(missing_ok=True)
-        Path(f"{path}{LOCK_SUFFIX}").unlink(missing_ok=True)
-        return 1
+        self.counters.records_sent += records
+        if messages:
+            log.info("sent %d records of job %s left in %d spools", records, job, len(readable))
+        for path, _ in readable:
+            path.unlink(missing_ok=True)
+            Path(f"{path}{LOCK_SUFFIX}").unlink(missing_ok=True)
+        return len(readable)
 
 
 def kafka_sweeper(

@@ -345,7 +345,7 @@ def build_hang_app(settings: HangSettings) -> tuple[faust.App, HangState]:
         it buffered since (a hang it declared of jobs it could not hear, say) is not
         stored; the next owner judges from the heartbeats. A revocation in a rebalance
         this worker took part in changes nothing here (see ``on_assigned``)."""
-        if lease.lost():
+        if revoked and lease.lost():
             log.warning("partitions lost, not handed over: rows buffered since go unstored")
             state.delivery.discard()
 

@@ -514,7 +514,7 @@ def build_minder_app(settings: MinderSettings) -> tuple[faust.App, MinderState]:
         acknowledge what it covers, then give the revoked partitions' jobs up. Partitions
         lost while this worker could not answer (paused, cut off) are given up with
         nothing stored: their next owner re-reads every message no stored row covers."""
-        if lease.lost():
+        if revoked and lease.lost():
             log.warning("partitions lost, not handed over: rows buffered since go unstored")
             async with storing:
                 state.lose_partitions({(tp.topic, tp.partition) for tp in revoked})

@@ -25,7 +25,7 @@ from rankwatch.schemas.tables import CONTRACTS, table_row
 from rankwatch.sim import waste_of
 from rankwatch.sim.ideal import StepSummary
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
-from rankwatch.streams.kit.output import Output, Source, alert_row
+from rankwatch.streams.kit.output import Output, Source, alert_row, keyless
 from rankwatch.streams.kit.times import utc
 from rankwatch.streams.kit.versions import row_version
 from rankwatch.streams.ops.alerts import Alert, JobAlertState, StragglerAlerts
@@ -101,6 +101,9 @@ class Pipeline:
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message (a batch, or a bundle of them); bad input becomes a
         dead-letter row, never an exception."""
+        refused = keyless(source)
+        if refused is not None:
+            return self._dead_letter(data, source, now_ns, refused.reason, refused.detail)
         try:
             members = decode_ops_members(data, max_bytes=self.max_message_bytes)
         except InvalidMessage as exc:
@@ -113,7 +116,11 @@ class Pipeline:
         """The batches of one message ``data``: a bundle's members, or the message alone
         (``decode_ops_members``). Each member is taken as if it had come alone; those
         refused make one dead letter for the message that names each of them (the
-        table keeps one row per message), the others go on."""
+        table keeps one row per message), the others go on. A record of a topic without
+        a key is refused whole, whatever it holds (``no-key``)."""
+        refused = keyless(source)
+        if refused is not None:
+            return self._dead_letter(data, source, now_ns, refused.reason, refused.detail)
         if len(members) == 1:
             got = members[0][1]
             if isinstance(got, InvalidMessage):

@@ -270,6 +270,8 @@ def build_app(settings: WorkerSettings) -> tuple[faust.App, WorkerState]:
 
     async def on_revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
         gone = {(tp.topic, tp.partition) for tp in revoked}
+        if not gone:  # a first assignment: nothing was held
+            return
         state.forget_held(gone)  # now: a restore answering while this waits is stale
         if lease.lost():  # taken away while this worker could not answer: store nothing
             log.warning("partitions lost, not handed over: their rows go unstored here")

@@ -12,8 +12,12 @@ and, where a fault may not repeat anything, that no raw row is there twice.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rankwatch.schemas.codec import decode_ops
@@ -138,3 +142,32 @@ def _diff(got: dict[Any, Any], want: dict[Any, Any]) -> str:
     return (
         f"missing {missing[:10]} ({len(missing)}), not in the clean run {extra[:10]} ({len(extra)})"
     )
+
+
+def fill(disk: Path, leave_bytes: int = 256 * 1024) -> Path:
+    """Fill ``disk`` to ``leave_bytes`` free with a ballast file (removed to free it)."""
+    ballast = disk / "ballast"
+    chunk = b"\0" * (1 << 20)
+    with ballast.open("wb") as f:
+        while True:
+            free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+            if free <= leave_bytes:
+                break
+            try:
+                f.write(chunk[: min(len(chunk), free - leave_bytes)])
+                f.flush()
+            except OSError:
+                break
+    return ballast
+
+
+def healthy(status_file: Path) -> tuple[bool, str]:
+    """What ``rankwatch worker --health FILE`` says, as an exec probe would run it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rankwatch", "worker", "--health", str(status_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode == 0, (done.stdout + done.stderr).strip()
