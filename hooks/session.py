@@ -159,13 +159,20 @@ def open_spool(config: HooksConfig, identity: Identity) -> Spool | None:
     and resends it; while another live process holds that one, the pid is added."""
     if config.spool_dir.lower() in OFF_VALUES | {"none"}:
         return None
+    meta = {
+        "job": identity.job,
+        "rank": identity.rank,
+        "topic_prefix": config.topic_prefix,
+        "kafka": config.kafka,
+    }  # where a spool left behind is sent (rankwatch.agent.spools)
     try:
         folder = private_dir(Path(config.spool_dir) if config.spool_dir else default_spool_dir())
         name = f"{identity.job}.rank{identity.rank}"
+        size = config.spool_max_bytes
         try:
-            return Spool(folder / f"{name}{SPOOL_SUFFIX}", config.spool_max_bytes)
+            return Spool(folder / f"{name}{SPOOL_SUFFIX}", size, meta=meta)
         except SpoolBusy:
-            return Spool(folder / f"{name}.{os.getpid()}{SPOOL_SUFFIX}", config.spool_max_bytes)
+            return Spool(folder / f"{name}.{os.getpid()}{SPOOL_SUFFIX}", size, meta=meta)
     except OSError as exc:
         log.warning("rankwatch hooks: no spool (%s): records the broker misses are lost", exc)
         return None

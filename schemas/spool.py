@@ -4,10 +4,13 @@ A contract between two processes of a host, so it lives with the others: the hoo
 it (``rankwatch.hooks``), the host's agent or relay reads what a rank left behind
 (``rankwatch.agent.spools``).
 
-Frames are ``kind code (1 byte) | records (4 bytes) | length (4 bytes) | payload``, so a
-resend knows how many op records each message carries (for the accounting). The file
-is bounded; a message that does not fit is refused and the caller counts it dropped.
-Only the publisher thread touches it.
+A file opens with its head: ``RWSP``, the length of what follows (4 bytes), and a JSON
+object saying whose it is and where its messages go (``job``, ``rank``,
+``topic_prefix``, ``kafka``), so that whoever sends a spool its rank left behind sends
+it where the rank would have. Frames follow: ``kind code (1 byte) | records (4 bytes) |
+length (4 bytes) | payload``, so a resend knows how many op records each message
+carries (for the accounting). The file is bounded; a message that does not fit is
+refused and the caller counts it dropped. Only the publisher thread touches it.
 
 A rank spools by default, into :func:`default_spool_dir` (private to the user, on the
 host's own disk), and holds an exclusive ``flock`` on ``<file>.lock`` while it runs: a
@@ -18,16 +21,22 @@ loses nothing even if it never runs again.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import stat
 import struct
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import orjson
 
 KINDS = ("ops", "heartbeats")
 _HEADER = struct.Struct(">BII")
+_MAGIC = b"RWSP"
+_HEAD_LENGTH = struct.Struct(">I")
 SUFFIX = ".spool"
 LOCK_SUFFIX = ".lock"
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
@@ -63,8 +72,10 @@ def private_dir(path: Path) -> Path:
     ``rankwatch-<uid>``), after checking no one else can write there: in a shared /tmp,
     a directory someone else made first (or a link to one) would let them read and plant
     spooled messages. Raises :class:`SpoolError` saying why."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for folder in (path, path.parent) if path.parent.name.startswith("rankwatch-") else (path,):
+    ours = (path, path.parent) if path.parent.name.startswith("rankwatch-") else (path,)
+    for folder in reversed(ours):  # made private one level at a time (not by umask)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for folder in ours:
         info = folder.lstat()
         if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
             raise SpoolError(f"spool directory {folder} is not a directory of its own")
@@ -99,9 +110,12 @@ class Spool:
         max_bytes: int = DEFAULT_MAX_BYTES,
         *,
         lock: bool = True,
+        meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self._head = _MAGIC + _HEAD_LENGTH.pack(0) if meta is None else _head_of(meta)
+        """The head written when the file is made (a file that exists keeps its own)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock_fd: int | None = None
         if lock:
@@ -115,25 +129,35 @@ class Spool:
         return self._size
 
     def append(self, message: Message) -> bool:
-        """Write one message; False (nothing written) when the spool is full."""
+        """Write one message; False (nothing written, the caller counts it dropped) when
+        the spool is full, or its disk is (a frame cut short by the disk is cut off again:
+        the file stays whole)."""
         frame = _HEADER.pack(KINDS.index(message.kind), message.records, len(message.value))
-        if self._size + len(frame) + len(message.value) > self.max_bytes:
+        head = b"" if self._size else self._head
+        if self._size + len(head) + len(frame) + len(message.value) > self.max_bytes:
             return False
-        with self.path.open("ab") as f:
-            f.write(frame + message.value)
-        self._size += len(frame) + len(message.value)
+        try:
+            with self.path.open("ab") as f:
+                f.write(head + frame + message.value)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, self._size)
+            return False
+        self._size += len(head) + len(frame) + len(message.value)
         return True
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Whose the file is and where its messages go (empty for a file without a head,
+        or with a head this version cannot read)."""
+        data = self._bytes()
+        return _meta_of(data) if data else {}
 
     def read(self) -> list[Message]:
         """Every complete message in the file (a torn last frame is ignored)."""
-        if not self._size:
-            return []
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:  # sent and removed by an agent after close
-            return []
+        data = self._bytes()
         out: list[Message] = []
-        pos = 0
+        pos = _frames_start(data)
         while pos + _HEADER.size <= len(data):
             code, records, length = _HEADER.unpack_from(data, pos)
             start = pos + _HEADER.size
@@ -145,8 +169,12 @@ class Spool:
 
     def replace(self, messages: list[Message]) -> None:
         """Keep only ``messages`` (those a resend did not deliver), atomically."""
+        data = self._bytes()
+        head = data[: _frames_start(data)] or self._head
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         with tmp.open("wb") as f:
+            if messages:
+                f.write(head)
             for m in messages:
                 f.write(_HEADER.pack(KINDS.index(m.kind), m.records, len(m.value)) + m.value)
         tmp.replace(self.path)
@@ -154,6 +182,14 @@ class Spool:
 
     def pending_records(self) -> int:
         return sum(m.records for m in self.read())
+
+    def _bytes(self) -> bytes:
+        if not self._size:
+            return b""
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:  # sent and removed by an agent after close
+            return b""
 
     def close(self) -> None:
         """Let the lock go: the file, if anything is left in it, is the agent's to send;
@@ -165,3 +201,27 @@ class Spool:
                 leftover.unlink(missing_ok=True)
         os.close(self._lock_fd)
         self._lock_fd = None
+
+
+def _head_of(meta: Mapping[str, Any]) -> bytes:
+    body = orjson.dumps(dict(meta))
+    return _MAGIC + _HEAD_LENGTH.pack(len(body)) + body
+
+
+def _frames_start(data: bytes) -> int:
+    """Where the frames begin: after the head (0 for a file without one, as written
+    before heads existed)."""
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + _HEAD_LENGTH.size:
+        return 0
+    (length,) = _HEAD_LENGTH.unpack_from(data, len(_MAGIC))
+    return len(_MAGIC) + _HEAD_LENGTH.size + length
+
+
+def _meta_of(data: bytes) -> dict[str, Any]:
+    start = len(_MAGIC) + _HEAD_LENGTH.size
+    body = data[start : _frames_start(data)]
+    try:
+        meta = orjson.loads(body) if body else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return meta if isinstance(meta, dict) else {}

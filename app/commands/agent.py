@@ -65,9 +65,8 @@ def start_sweeper(args: argparse.Namespace, config: Any, bootstrap: str, stop: A
     where = args.spool_dir or config.host.spool_dir
     if args.no_sweep or not bootstrap or where.lower() in OFF_VALUES | {"none"}:
         return None
-    sweeper, close = kafka_sweeper(
-        bootstrap, f"{prefix}.ops", Path(where) if where else default_spool_dir()
-    )
+    folder = Path(where) if where else default_spool_dir()
+    sweeper, close = kafka_sweeper(bootstrap, folder, prefix)
     thread = sweep_in_background(sweeper, stop)
 
     def finish() -> None:  # once ``stop`` is set: the sweep under way ends first

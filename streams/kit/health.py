@@ -117,7 +117,10 @@ class StatusReporter:
         snapshot["problems"] = health_problems(snapshot)
         self._log(snapshot)
         if self.status_file:
-            write_status(self.status_file, snapshot)
+            try:
+                write_status(self.status_file, snapshot)
+            except OSError as exc:  # a full or read-only disk: the probe sees a stale file
+                self.log.error("status file %s not written: %s", self.status_file, exc)
         return snapshot
 
     def _log(self, snapshot: dict[str, Any]) -> None:

@@ -73,6 +73,22 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:80].strip("-")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _spools_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The hooks of every process the tests start spool into a folder of this session,
+    not the machine's default (``$TMPDIR/rankwatch-<uid>/spool``), where ranks a test
+    kills would leave their spools for the host's real agent to send."""
+    folder = tmp_path_factory.mktemp("spools")
+    folder.chmod(0o700)
+    before = os.environ.get("RANKWATCH_HOOKS_SPOOL")
+    os.environ["RANKWATCH_HOOKS_SPOOL"] = str(folder)
+    yield
+    if before is None:
+        os.environ.pop("RANKWATCH_HOOKS_SPOOL", None)
+    else:
+        os.environ["RANKWATCH_HOOKS_SPOOL"] = before
+
+
 @pytest.fixture
 def topic_factory(kafka_broker: str, request: pytest.FixtureRequest) -> TopicFactory:
     """``make(partitions=1, suffix="")`` creates a fresh topic for this test, returns its name."""

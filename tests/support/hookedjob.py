@@ -105,7 +105,13 @@ class HookedJob:
         for plan in self.plans:
             ident = plan.identity
             kafka = KafkaTransport(bootstrap, key=ident.job.encode(), topics=topics)
-            spool = Spool(spool_dir / f"{ident.job}.rank{ident.rank}.spool")
+            meta = {
+                "job": ident.job,
+                "rank": ident.rank,
+                "topic_prefix": prefix,
+                "kafka": bootstrap,
+            }
+            spool = Spool(spool_dir / f"{ident.job}.rank{ident.rank}.spool", meta=meta)
             self.ranks[(ident.job, ident.rank)] = RankWatch(
                 ident, Tap(kafka, self.produced, self._lock), publisher=config, spool=spool
             )

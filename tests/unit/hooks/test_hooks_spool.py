@@ -79,3 +79,23 @@ def test_the_default_directory_is_private_and_a_shared_one_is_refused(tmp_path: 
         private_dir(link / "spool")
     assert default_spool_dir().name == "spool"
     assert default_spool_dir().parent.name == f"rankwatch-{os.getuid()}"
+
+
+def test_a_full_disk_refuses_the_message_and_keeps_the_file_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spool's disk is full: the message is refused (counted as dropped by the
+    publisher, never raised into its thread) and nothing half-written stays."""
+    spool = Spool(tmp_path / "r0.spool")
+    assert spool.append(Message("ops", b"kept", 1))
+    real_open = Path.open
+
+    def full_disk(self: Path, mode: str = "r", *args: object, **kw: object) -> object:
+        if self == spool.path and "a" in mode:
+            raise OSError(28, "No space left on device")
+        return real_open(self, mode, *args, **kw)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(Path, "open", full_disk)
+    assert not spool.append(Message("ops", b"lost", 1))
+    monkeypatch.undo()
+    assert spool.read() == [Message("ops", b"kept", 1)]
