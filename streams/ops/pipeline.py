@@ -118,9 +118,9 @@ class Pipeline:
         refused make one dead letter for the message that names each of them (the
         table keeps one row per message), the others go on. A record of a topic without
         a key is refused whole, whatever it holds (``no-key``)."""
-        refused = keyless(source)
-        if refused is not None:
-            return self._dead_letter(data, source, now_ns, refused.reason, refused.detail)
+        unkeyed = keyless(source)
+        if unkeyed is not None:
+            return self._dead_letter(data, source, now_ns, unkeyed.reason, unkeyed.detail)
         if len(members) == 1:
             got = members[0][1]
             if isinstance(got, InvalidMessage):
