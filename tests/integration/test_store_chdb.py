@@ -296,6 +296,38 @@ def test_inserts_that_do_not_fit_the_table(store: Store) -> None:
         store.columns("steps; DROP TABLE steps")
 
 
+def test_a_row_the_engine_refuses_for_its_value_is_a_refusal_the_others_are_failures(
+    store: Store,
+) -> None:
+    """The engine's own answers, over chDB and HTTP: a row breaking a table's CHECK
+    constraint is refused for what it holds (one that the delivery dead-letters, the
+    rest stored); rows that do not match the table are the table's fault, not the
+    rows' (a failure: kept, retried, health red)."""
+    from rankwatch.streams.kit.delivery import Delivery
+    from rankwatch.streams.kit.output import Output
+
+    row = {"job": "j", "step": 1, "time": datetime.now(UTC), "dimension": "stage",
+           "group": "0", "slowdown": 1.5, "version": 1}  # fmt: skip
+    with pytest.raises(StoreError) as caught:
+        store.insert("step_attribution", [{**row, "dimension": "colour"}])
+    assert caught.value.refused and "VIOLATED_CONSTRAINT" in str(caught.value)
+    with pytest.raises(StoreError) as caught:
+        store.insert("step_attribution", [{**row, "colour": "red"}])
+    assert not caught.value.refused
+    delivery = Delivery(lambda: store)
+    out = Output()
+    for group in range(5):
+        out.add("step_attribution", {**row, "group": str(group)})
+    out.add("step_attribution", {**row, "group": "bad", "dimension": "colour"})
+    delivery.write(out)
+    assert delivery.flush() and delivery.counters.rows_refused == 1
+    stored = store.query("SELECT `group` FROM step_attribution FINAL ORDER BY `group`")
+    assert [r["group"] for r in stored] == ["0", "1", "2", "3", "4"]
+    (letter,) = store.query("SELECT topic, reason, payload FROM dead_letters FINAL")
+    assert letter["topic"] == "store:step_attribution" and letter["reason"] == "store-refused"
+    assert '"group":"bad"' in letter["payload"]
+
+
 def test_db_migrate_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = argparse.Namespace(clickhouse=f"chdb://{tmp_path}", database="cli_db")
     assert db_command.run_migrate(args) == 0
