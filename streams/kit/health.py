@@ -10,6 +10,7 @@ what :func:`health_problems` asks of its state holds.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -22,6 +23,9 @@ import orjson
 from rankwatch.streams.kit.heap import gc_clock
 from rankwatch.streams.kit.membership import GroupLease
 from rankwatch.streams.kit.rewind import StallGuard
+
+POSITION_WAIT_S = 0.5
+"""How long a tick waits for the consumer's position on one partition (left out past it)."""
 
 
 def write_status(path: str | Path, status: dict[str, Any]) -> None:
@@ -137,9 +141,9 @@ async def consumer_positions(app: faust.App, assigned: set[Any]) -> dict[Any, in
     next record it returns); a partition whose position is not known yet is left out."""
     out = {}
     for tp in assigned:
-        try:
-            position = await app.consumer.position(tp)
-        except Exception:  # not fetched yet, or the consumer is being rebuilt
+        try:  # the consumer's thread may wait on a broker that is away: never the tick
+            position = await asyncio.wait_for(app.consumer.position(tp), POSITION_WAIT_S)
+        except Exception:  # not fetched yet, the consumer being rebuilt, or too slow
             continue
         if position is not None:
             out[tp] = int(position)

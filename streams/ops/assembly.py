@@ -68,8 +68,16 @@ class AssemblyConfig:
     (a job that ended during one is sent by its host's agent or relay within seconds of
     the broker's return), short enough that a job that died mid-step has its last step
     stored within minutes."""
-    max_open_steps: int = 64
-    """Per job; beyond it the oldest open step is closed as partial (bounded memory)."""
+    max_open_steps: int = 1024
+    """Per job; beyond it, or beyond ``max_open_records``, the oldest open step is closed
+    as partial (bounded memory). Open steps pile up when ranks arrive far apart, as
+    after a broker outage, when one rank's spool drains ahead of the others': 64, the
+    bound before, closed 72 steps of a 20-s outage's 0.22-s steps as partial while their
+    other ranks' records were on their way."""
+    max_open_records: int = 2_000_000
+    """Per job, records its open steps may hold at most (about 100 MB: the columns are
+    views of their messages' bytes): the bound that matters for large jobs, whose steps
+    hold 10^5 records each."""
     closed_memory: int = 4096
     """How many closed step ids per job are remembered to recognise late batches."""
     late: str = "drop"
@@ -175,6 +183,8 @@ class _Job:
     seen_batches: OrderedDict[tuple[int, int, int], None] = field(default_factory=OrderedDict)
     heard_ns: int = 0
     """When the job's latest batch came (any rank, any step): its steps' grace runs on it."""
+    open_records: int = 0
+    """Records its open steps hold (``max_open_records``)."""
     expected: frozenset[Worker] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -253,6 +263,7 @@ class StepAssembler:
             columns = {c: getattr(batch, c) for c in _COLUMNS}
             open_step.chunks.append(_Chunk(columns, worker, batch.rank))
             open_step.received[worker] = len(batch)
+            job.open_records += len(batch)
             if batch.steps_done:
                 open_step.ended.add(worker)
                 open_step.declared[worker] = batch.steps_done[0][1]
@@ -284,7 +295,11 @@ class StepAssembler:
             return None
         open_step = job.open.get(step)
         if open_step is None:
-            room = len(job.open) < self.config.max_open_steps  # opening it evicts none
+            records = job.open_records + sum(len(b) for b in batches)
+            room = (  # opening it evicts none
+                len(job.open) < self.config.max_open_steps
+                and records <= self.config.max_open_records
+            )
             return (job, step, workers, keys) if room else None
         if any(w in open_step.received or w in open_step.ended for w in workers):
             return None
@@ -299,7 +314,9 @@ class StepAssembler:
         if state is None:
             state = self._jobs[job] = _Job(layout=layout)
         for step in sorted(steps):
-            state.open.pop(step, None)
+            dropped = state.open.pop(step, None)
+            if dropped is not None:
+                state.open_records -= sum(dropped.received.values())
             state.closed[step] = None
         while len(state.closed) > self.config.closed_memory:
             state.closed.popitem(last=False)
@@ -412,6 +429,8 @@ class StepAssembler:
                 columns = {c: getattr(batch, c)[rows] for c in _COLUMNS}
             open_step.chunks.append(_Chunk(columns, worker, batch.rank))
             open_step.received[worker] = open_step.received.get(worker, 0) + int(hi - lo)
+            if step in job.open:
+                job.open_records += int(hi - lo)
             if not batch.steps_done and bool((columns["optype"] == _OPTIMIZER).any()):
                 open_step.ended.add(worker)
             touched.add(step)
@@ -452,13 +471,17 @@ class StepAssembler:
 
     def _evict_overflow(self, name: str, job: _Job) -> list[AssembledStep]:
         out = []
-        while len(job.open) > self.config.max_open_steps:
+        cfg = self.config
+        while len(job.open) > cfg.max_open_steps or (
+            job.open_records > cfg.max_open_records and len(job.open) > 1
+        ):
             oldest = min(job.open)
             out.append(self._close(name, job, oldest, partial=True))
         return out
 
     def _close(self, name: str, job: _Job, step: int, partial: bool) -> AssembledStep:
         open_step = job.open.pop(step)
+        job.open_records -= sum(open_step.received.values())
         job.closed[step] = None
         while len(job.closed) > self.config.closed_memory:
             job.closed.popitem(last=False)

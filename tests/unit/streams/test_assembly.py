@@ -236,6 +236,19 @@ def test_open_steps_are_bounded_per_job() -> None:
     assert all(s.partial for s in closed)
 
 
+def test_open_steps_are_bounded_by_their_records_too() -> None:
+    """Three records a step, at most seven held: the third step evicts the first, and
+    the count follows steps that complete."""
+    asm = StepAssembler(AssemblyConfig(max_open_records=7))
+    closed = []
+    for step in range(3):
+        closed += asm.add(make_batch(worker_step(step, 0, step * 10.0), pp=0, seq=step), now_ns=0)
+    assert [s.step for s in closed] == [0] and closed[0].partial
+    (done,) = asm.add(make_batch(worker_step(1, 1, 10.0), pp=1, seq=9), now_ns=0)
+    assert done.step == 1 and not done.partial
+    assert asm.add(make_batch(worker_step(3, 0, 30.0), pp=0, seq=3), now_ns=0) == []
+
+
 def test_dedup_key_order_is_the_tuple_order() -> None:
     """The packed (rank, optype, seq_id) key picks the records np.unique over the stacked
     columns picks, in the same order, also when the fields are too wide to pack."""
