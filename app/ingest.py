@@ -23,6 +23,7 @@ from rankwatch.errors import UserError
 if TYPE_CHECKING:
     from rankwatch.sim import JobMeta, Trace
     from rankwatch.streams.ops.assembly import AssembledStep
+    from rankwatch.streams.ops.pipeline import Pipeline
     from rankwatch.workload.config import WorkloadConfig
     from rankwatch.workload.launch import JobResult
 
@@ -57,15 +58,13 @@ def store_job(
     (else taken from the assembled steps)."""
     from rankwatch.stores import forget_job, open_store
     from rankwatch.streams.kit.sink import TableSink
-    from rankwatch.streams.ops.analyser import WhatIfAnalyser
     from rankwatch.streams.ops.embedded import feed
-    from rankwatch.streams.ops.pipeline import Pipeline
 
     with open_store(dsn, migrate=True) as store:
         forget_job(store, job)
         steps: list[AssembledStep] = []
         started = time.perf_counter()
-        fed = feed(messages, Pipeline(analyser=WhatIfAnalyser()), TableSink(store), steps)
+        fed = feed(messages, configured_pipeline(), TableSink(store), steps)
         elapsed = time.perf_counter() - started
         rows = store.query(STEPS_SQL, {"job": job})
         where = store.where
@@ -79,6 +78,27 @@ def store_job(
         dp, pp = analysed[0].layout
         meta = JobMeta(dp_size=dp, pp_size=pp, vpp_size=int(trace.mc.max()) + 1)
     return StoredJob(job, rows, trace, meta, fed, elapsed, where)
+
+
+def configured_pipeline() -> Pipeline:
+    """The ops worker's pipeline with the configured settings (config file and
+    environment, as ``rankwatch worker`` reads them): an embedded run raises the alerts,
+    and stores the signals and raw ops, that a worker would (``diagnose`` and
+    ``scenario`` read them)."""
+    from rankwatch.config import load_config
+    from rankwatch.streams.ops.alerts import AlertConfig
+    from rankwatch.streams.ops.analysing import analysing_pipeline
+
+    config = load_config()
+    worker = config.worker
+    return analysing_pipeline(
+        assembly=config.assembly,
+        window=worker.window,
+        alerts=AlertConfig(fire_at=worker.alert_slowdown, clear_below=worker.alert_clear),
+        slowdown=config.slowdown,
+        keep_ops=worker.keep_ops,
+        max_message_bytes=worker.max_message_bytes,
+    )
 
 
 def export(stored: StoredJob, directory: Path) -> tuple[Path, Path]:
@@ -150,11 +170,11 @@ def run_embedded_workload(
             shutil.rmtree(path)  # a run starts clean
     directory.mkdir(parents=True, exist_ok=True)
     result = run_job(replace(cfg, spool_dir=str(spool), kafka=""), directory / "out")
-    stored = store_job(_spooled_ops(spool, skip_steps), cfg.job, dsn)
+    stored = store_job(spooled_ops(spool, skip_steps), cfg.job, dsn)
     return EmbeddedRun(cfg, result, stored)
 
 
-def _spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
+def spooled_ops(spool: Path, skip_steps: int) -> list[tuple[bytes, int]]:
     """(message, sent_ns) of every op batch the ranks spooled, in send order, less the
     records of steps below ``skip_steps`` (a message may hold several steps: the hooks
     batch short ones)."""

@@ -40,6 +40,9 @@ class WorkloadConfig:
     """Global rank given extra compute in its forward (-1: none)."""
     slow_matmuls: int = 0
     """Extra 256x256 matmuls per forward microbatch of the slow rank."""
+    slow_stage: int = -1
+    """Pipeline stage whose every rank gets the slow rank's extra compute (-1: none): a
+    stage that is slow on every DP rank, as a badly balanced partition makes it."""
     slow_every: int = 0
     """0: slow in every step; k: slow only in steps where (step // k) is odd."""
     align_every: int = 0
@@ -92,7 +95,10 @@ class WorkloadConfig:
         return 2 if self.schedule == "interleaved" else 1
 
     def is_slow(self, rank: int, step: int) -> bool:
-        if rank != self.slow_rank or self.slow_matmuls <= 0 or step < self.fault_from:
+        chosen = rank == self.slow_rank or (
+            self.slow_stage >= 0 and rank // self.dp == self.slow_stage
+        )
+        if not chosen or self.slow_matmuls <= 0 or step < self.fault_from:
             return False
         return self.slow_every <= 0 or (step // self.slow_every) % 2 == 1
 

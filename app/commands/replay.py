@@ -36,20 +36,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"sent {sent} op batches ({len(trace)} ops) of job {args.job} to {topic}")
         return 0
 
+    from rankwatch.ingest import configured_pipeline
     from rankwatch.stores import open_store
     from rankwatch.streams.kit.sink import TableSink
-    from rankwatch.streams.ops.analyser import WhatIfAnalyser
     from rankwatch.streams.ops.embedded import run_embedded
-    from rankwatch.streams.ops.pipeline import Pipeline
-    from rankwatch.streams.slowdown.detector import SlowdownDetector
 
     with open_store(args.clickhouse, migrate=True) as store:
         dsn = store.where
-        pipeline = Pipeline(
-            assembly=config.assembly,
-            analyser=WhatIfAnalyser(),
-            slowdown=SlowdownDetector(config.slowdown),
-        )
+        pipeline = configured_pipeline()  # the worker's: the same alerts and rows
         fed = run_embedded(batches, pipeline, TableSink(store))
     c = pipeline.assembler.counters
     print(

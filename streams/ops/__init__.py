@@ -3,7 +3,9 @@
 Pure core: ``pipeline`` (decode -> assemble -> analyse -> rows), ``assembly`` (per-rank
 batches into steps), ``identity`` (a job's layout fixed once), ``jobs`` (the ``jobs``
 row), ``analyser`` (the live what-if of a step), ``window`` (rolling windows),
-``alerts`` (straggler alerts), ``live`` (the live figures of a whole trace),
+``alerts`` (straggler alerts), ``blame`` (the smallest group that explains a
+slowdown), ``analysing`` (the pipeline as every path builds it), ``live`` (the live
+figures of a whole trace),
 ``replay`` (a trace as the hooks would send it), ``handover`` (a job's state as one
 ``jobstate`` message, for the worker its partition moves to).
 

@@ -46,11 +46,12 @@ from rankwatch.streams.kit.pacing import Pacer
 from rankwatch.streams.kit.recall import Held
 from rankwatch.streams.kit.settings import ServiceSettings
 from rankwatch.streams.kit.store import Store, StoreError
-from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
-from rankwatch.streams.ops.analyser import DEFAULT_WINDOW, WhatIfAnalyser
+from rankwatch.streams.ops.alerts import AlertConfig
+from rankwatch.streams.ops.analyser import DEFAULT_WINDOW
+from rankwatch.streams.ops.analysing import analysing_pipeline
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.handover import history_from, newest_closed, state_message
-from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
+from rankwatch.streams.ops.pipeline import JobHistory
 from rankwatch.streams.ops.recovery import load_history, newest_stored_step, stored_open_batches
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
 
@@ -212,12 +213,12 @@ class WorkerState:
         self, settings: WorkerSettings, connect: Callable[[], Store] | None = None
     ) -> None:
         self.settings = settings
-        self.pipeline = Pipeline(
+        self.pipeline = analysing_pipeline(
             assembly=settings.assembly,
-            analyser=WhatIfAnalyser(window=settings.window),
-            alerts=StragglerAlerts(settings.alerts),
+            window=settings.window,
+            alerts=settings.alerts,
+            slowdown=settings.slowdown,
             keep_ops=settings.keep_ops,
-            slowdown=SlowdownDetector(settings.slowdown),
             max_message_bytes=settings.max_message_bytes,
             defer_ops=DEFER_OPS,
         )
