@@ -24,7 +24,7 @@ Environment variables (``ENVIRONMENT`` below is the authoritative list):
   ``RANKWATCH_MAX_MESSAGE_BYTES``, ``RANKWATCH_FETCH_BYTES``,
   ``RANKWATCH_FETCH_WAIT_MS``, ``RANKWATCH_TICK_S``, ``RANKWATCH_STORE_GAP_S``,
   ``RANKWATCH_COMMIT_INTERVAL_S``, ``RANKWATCH_STATUS_FILE``,
-  ``RANKWATCH_ALERT_SLOWDOWN``, ``RANKWATCH_ALERT_CLEAR``
+  ``RANKWATCH_ALERT_SLOWDOWN``, ``RANKWATCH_ALERT_CLEAR``, ``RANKWATCH_ALERT_WINDOW``
 - ``RANKWATCH_HOOKS_SPOOL``: where the host's ranks spool (``[host] spool_dir``: the agent
   and the relay send the spools ranks left)
 """
@@ -131,6 +131,17 @@ class WorkerConfig:
     """Rolling job-level S at which a straggler alert fires..."""
     alert_clear: float = AlertConfig.clear_below
     """...and under which it resolves."""
+    alert_window: int = AlertConfig.window
+    """Analysed steps a straggler alert reads (docs/detection.md): it fires no sooner
+    than this many steps into a job or an episode. 20 steps is 20 s of a 1 s step and
+    20 min of a 60 s one: a job of long steps may want fewer (a shorter window is more
+    easily fooled by noise)."""
+
+    def alerts(self) -> AlertConfig:
+        """The straggler alerts' rule as these settings make it."""
+        return AlertConfig(
+            fire_at=self.alert_slowdown, clear_below=self.alert_clear, window=self.alert_window
+        )
 
     def __post_init__(self) -> None:
         if self.store_gap_s < 0:
@@ -245,6 +256,7 @@ ENVIRONMENT: dict[str, str] = {
     "RANKWATCH_STATUS_FILE": "worker.status_file",
     "RANKWATCH_ALERT_SLOWDOWN": "worker.alert_slowdown",
     "RANKWATCH_ALERT_CLEAR": "worker.alert_clear",
+    "RANKWATCH_ALERT_WINDOW": "worker.alert_window",
     "RANKWATCH_HOOKS_SPOOL": "host.spool_dir",
 }
 """Environment variable -> the setting (``section.key``) it sets."""

@@ -86,7 +86,6 @@ def configured_pipeline() -> Pipeline:
     and stores the signals and raw ops, that a worker would (``diagnose`` and
     ``scenario`` read them)."""
     from rankwatch.config import load_config
-    from rankwatch.streams.ops.alerts import AlertConfig
     from rankwatch.streams.ops.analysing import analysing_pipeline
 
     config = load_config()
@@ -94,7 +93,7 @@ def configured_pipeline() -> Pipeline:
     return analysing_pipeline(
         assembly=config.assembly,
         window=worker.window,
-        alerts=AlertConfig(fire_at=worker.alert_slowdown, clear_below=worker.alert_clear),
+        alerts=worker.alerts(),
         slowdown=config.slowdown,
         keep_ops=worker.keep_ops,
         max_message_bytes=worker.max_message_bytes,

@@ -73,7 +73,7 @@ class Fault:
     steps: int | None = None
 
 
-def faults(fault_from: int) -> list[Fault]:
+def faults(fault_from: int, matmuls: int = 12) -> list[Fault]:
     shape = " && ".join(
         f"{prefix}tc qdisc replace dev {dev} root tbf rate {RATE} burst 8kb latency 200ms"
         for prefix, dev in (("", VETH), (f"ip netns exec {NETNS} ", PEER))
@@ -82,7 +82,7 @@ def faults(fault_from: int) -> list[Fault]:
         "netns": NETNS, "netns_ranks": "3", "gloo_ifname": VETH, "netns_ifname": PEER,
         "master_addr": ADDR, "shape_cmd": shape,
     }  # fmt: skip
-    slow = {"slow_matmuls": 4}
+    slow = {"slow_matmuls": matmuls}
     return [
         Fault("healthy", {}, None, None, steps=200),
         Fault("slow-worker-0", {**slow, "slow_rank": 1, "fault_from": 0}, ("worker", "1,0"),
@@ -99,7 +99,8 @@ def faults(fault_from: int) -> list[Fault]:
 
 
 def collect(args: argparse.Namespace) -> None:
-    selected = [f for f in faults(args.fault_from) if not args.only or f.name in args.only]
+    chosen = faults(args.fault_from, args.matmuls)
+    selected = [f for f in chosen if not args.only or f.name in args.only]
     if os.geteuid() != 0 and any(f.name == "slow-link" for f in selected):
         print("not root: slow-link needs a network namespace; skipped")
         selected = [f for f in selected if f.name != "slow-link"]
@@ -279,6 +280,9 @@ def main() -> int:
     c.add_argument("--steps", type=int, default=120, help="steps of a fault run (healthy: 200)")
     c.add_argument("--only", nargs="*", help="fault names (default: all)")
     c.add_argument("--busy", action="store_true", help="keep one core busy meanwhile")
+    c.add_argument(
+        "--matmuls", type=int, default=12, help="extra 256x256 matmuls a slow rank does per forward"
+    )
     j = sub.choices["judge"]
     j.add_argument("--within", type=int, default=20, help="steps after the fault starts")
     j.add_argument("--json", type=Path, help="write the verdicts here")

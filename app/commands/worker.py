@@ -34,7 +34,6 @@ def run(args: argparse.Namespace) -> int:
         return _health(args)
     from rankwatch.config import load_config, service_settings, with_flags
     from rankwatch.streams.kit.faustapp import serve
-    from rankwatch.streams.ops.alerts import AlertConfig
     from rankwatch.streams.ops.worker import (
         JOBSTATE_TOPIC_CONFIG,
         WorkerSettings,
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         **service_settings(config),
         assembly=config.assembly,
         slowdown=config.slowdown,
-        alerts=AlertConfig(fire_at=worker.alert_slowdown, clear_below=worker.alert_clear),
+        alerts=worker.alerts(),
         window=worker.window,
         keep_ops=worker.keep_ops,
         max_message_bytes=worker.max_message_bytes,

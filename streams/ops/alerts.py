@@ -1,71 +1,88 @@
-"""Straggler alerts: a job's rolling slowdown over a threshold, one alert per episode.
+"""Straggler alerts: one group keeps slowing the job, well beyond its peers (pure).
 
-Pure: each analysed step is offered with its slowdown and top attribution; the rolling
-job-level S is the mean slowdown of the job's latest analysed steps up to that step
-(:class:`~rankwatch.streams.ops.window.SlowdownWindow`), so a restart that reloads those
-steps decides the same. An episode starts when the rolling S reaches ``fire_at`` and
-ends when it drops below ``clear_below`` (hysteresis: no flapping around one value).
-Its ``alert_id`` names the job and the step that started it, so the firing and the
-resolved message share it, and a re-analysis after a restart produces the same id.
+Each analysed step is offered with its slowdown ``S`` and its attributions (``S_g``:
+how slow the step would be if only group g kept its real durations). What makes a
+straggler worth waking someone for (docs/detection.md, "4. Straggler alerts"):
 
-Chronic or spread (docs/detection.md, "4. Who a straggler alert blames"): a firing alert
-names a worker, DP rank or stage only when that group was the top contributor of its
-dimension (largest S_g) in at least ``chronic_share`` of the window's attributed steps
-(two at least). A group that leads one step and not the next is a one-off; a slowdown
-whose lead moves from rank to rank is reported as spread, as the offline M_W (fixing
-the worst 3% of workers explains little) says of such a job. When groups of several
-dimensions are chronic, the one that explains most (largest mean S_g over the steps it
-led) is named, the most specific among near ties (within ``TIE``): a straggling worker
-lifts its DP rank and stage as much as itself, a badly partitioned stage lifts the
-stage more than any one of its workers (the offline M_S). Looking at one step's top
-attribution would blame whichever rank happened to lag in it.
+- **one group explains the job's slowdown, step after step**: over the job's latest
+  ``window`` analysed steps, at least ``chronic_share`` of them are explained by one
+  worker, one stage or one DP rank (:mod:`~rankwatch.streams.ops.blame`; a step blamed
+  on a worker counts for its stage and its DP rank too, so that a slow stage whose DP
+  copies take turns at being the slower one is the stage's). The smallest such group
+  is blamed: a stage or DP rank most of whose steps one of its workers explains is that
+  worker. On a healthy job the lead moves with the noise of the machine; it stays
+  with a straggler;
+- **and it stands out of the job's noise**: over the window, the median of how far the
+  group's ``S_g`` is above the largest of its peers' (the other groups of its
+  dimension, in the same step) is at least ``margin``. The peers carry the machine's
+  noise in the same steps, so a busy box raises them all alike, and a worker slow from
+  the job's first step stands out of them at once, where its own history would have
+  learnt it as normal; and the window's median S is at least ``fire_at``.
+
+An episode resolves when either stops holding with a margin (hysteresis): the group
+explains less than ``clear_share`` of the window, or its lead over its peers falls
+under half the margin. Its ``alert_id`` names the job and the step that started it, so
+the firing and the resolved message share it, and a re-analysis after a restart
+produces the same id. The cause is where the blamed steps' slowdown sits: compute op
+types, or communication (network).
+
+On main the alert fired on the mean S of as few as 2 steps over a fixed 1.10, and
+blamed the group with the largest S_g, which is always a stage or a DP rank: healthy
+jobs on this machine raised dozens of alerts, and a slow worker was blamed on its stage.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch.streams.ops.window import SlowdownWindow
+from rankwatch.schemas.optypes import COMPUTING
+from rankwatch.streams.ops.blame import SPREAD, StepBlame, step_blame
 
-BLAME = ("worker", "dp_rank", "stage")
+DIMENSIONS = ("worker", "stage", "dp_rank")
 """Dimensions an alert may blame, most specific first (op types are not to blame)."""
-TIE = 0.005
-"""Mean S_g this close to the best counts as a tie (the more specific group is named)."""
-Leaders = dict[str, tuple[str, float]]
-"""dimension -> (top group, its S_g) of one step."""
+NAMES = {"worker": "worker", "dp_rank": "DP rank", "stage": "stage"}
+NAMED = 8
+"""A summary lists the blamed ranks and hosts up to this many ranks (the evidence, all)."""
 
-
-def _words(blame: Mapping[str, Any]) -> str:
-    if blame["chronic"]:
-        name = {"worker": "worker", "dp_rank": "DP rank", "stage": "stage"}[blame["dimension"]]
-        return (
-            f"chronic: {name} {blame['group']} led {blame['steps_led']} "
-            f"of the last {blame['steps']} steps"
-        )
-    return (
-        f"spread: no worker, DP rank or stage led {blame['needed']} "
-        f"of the last {blame['steps']} steps"
-    )
+Locate = Callable[[str, str], tuple[list[int], list[str]]]
+"""(dimension, group) -> (global ranks, hosts) of a blamed group."""
+Top = tuple[tuple[str, float], ...]
+"""A dimension's two largest (group, S_g) of a step, largest first."""
 
 
 @dataclass(frozen=True)
 class AlertConfig:
     fire_at: float = 1.10
-    """Rolling job-level S at which a straggler episode starts."""
+    """The window's median S must be at least this to fire."""
     clear_below: float = 1.05
-    """Rolling S under which it ends."""
-    window: int = 10
-    """Analysed steps in the rolling S."""
-    min_steps: int = 3
-    """Steps the window must hold before an alert may fire."""
+    """An episode also resolves once the window's median S is under this."""
+    margin: float = 0.15
+    """How far the blamed group's S_g must stand above its largest peer's (median over
+    the window) to fire; an episode resolves under half of it. Set on the tuning runs of
+    ``benchmarks/study_alerts.py``: healthy jobs' chronic windows stood at most 0.11
+    above their peers, the injected stragglers' at least 0.18 (docs/detection.md)."""
+    window: int = 20
+    """Analysed steps an alert looks at (full before it may fire)."""
+    chronic_share: float = 0.7
+    """Share of the window's steps one group must explain to be blamed."""
+    clear_share: float = 0.4
+    """Share under which a blamed group no longer holds an episode open."""
+    descend_share: float = 0.7
+    """A stage or DP rank is blamed on one of its workers when that worker explains this
+    share of the steps counted for it (a slow worker's first steps lift its stage first)."""
     critical_at: float = 1.5
-    """Rolling S from which a firing alert is critical rather than a warning."""
-    chronic_share: float = 0.6
-    """A group is blamed when it led its dimension in this share of the window's steps."""
+    """Median S from which a firing alert is critical rather than a warning."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.clear_share < self.chronic_share <= 1:
+            raise ValueError("need 0 < clear_share < chronic_share <= 1")
+        if self.window < 2:
+            raise ValueError("window must be 2 steps at least")
 
 
 @dataclass(frozen=True)
@@ -95,15 +112,36 @@ class Alert:
         }
 
 
+@dataclass(frozen=True)
+class StepMark:
+    """What an alert keeps of one analysed step."""
+
+    slowdown: float
+    blame: StepBlame
+    cause: str
+    """compute, network, or "" (the step had no attribution)."""
+    tops: Mapping[str, Top] = field(default_factory=dict)
+    """Per blame dimension, its two largest S_g (what a group's lead over its peers is
+    read from)."""
+
+    def lead(self, key: tuple[str, str]) -> float:
+        """How far group ``key``'s S_g stands above the largest of its peers' in this
+        step (negative when a peer is ahead; a group not in the top two is at most as
+        far behind as the second)."""
+        top = self.tops.get(key[0], ())
+        if not top:
+            return 0.0
+        if top[0][0] == key[1]:
+            return top[0][1] - (top[1][1] if len(top) > 1 else 1.0)
+        return (top[1][1] if len(top) > 1 else 1.0) - top[0][1]
+
+
 @dataclass
 class _JobAlerts:
-    slowdowns: SlowdownWindow
+    marks: dict[int, StepMark] = field(default_factory=dict)
     episode: str | None = None
-    last_top: tuple[int, tuple[str, str, float]] | None = None
-    """(step, top attribution) of the latest step that had one: the evidence when the
-    step that tips the rolling S was itself below the attribution threshold."""
-    leaders: dict[int, Leaders] = field(default_factory=dict)
-    """step -> the top group of each blame dimension in that step (the window's steps)."""
+    group: tuple[str, str] | None = None
+    """The group the open episode blames."""
     last: Alert | None = None
     """The latest alert state this job sent (re-announced by a worker that takes the job
     over)."""
@@ -113,11 +151,28 @@ class _JobAlerts:
 class JobAlertState:
     """What :class:`StragglerAlerts` holds of one job, for another worker to go on from."""
 
-    slowdowns: dict[int, float]
+    marks: dict[int, StepMark]
     episode: str | None
-    leaders: dict[int, Leaders]
-    last_top: tuple[int, tuple[str, str, float]] | None
+    group: tuple[str, str] | None
     last: Alert | None
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A window's reading of one group (or spread): the steps it explains, its median
+    lead over its peers, the window's median S, and where its steps' slowdown sits."""
+
+    dimension: str
+    group: str
+    led: int
+    steps: int
+    lead: float
+    median: float
+    cause: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.dimension, self.group)
 
 
 @dataclass
@@ -125,46 +180,24 @@ class StragglerAlerts:
     config: AlertConfig = field(default_factory=AlertConfig)
     _jobs: dict[str, _JobAlerts] = field(default_factory=dict)
 
-    def restore(
-        self,
-        job: str,
-        slowdowns: dict[int, float],
-        open_episode: str | None,
-        leaders: dict[int, Leaders] | None = None,
-    ) -> None:
-        """After a restart: the job's latest analysed slowdowns, its firing alert and
-        the leading groups of those steps."""
-        state = self._job(job)
-        for step, value in slowdowns.items():
-            state.slowdowns.put(step, value)
-        state.episode = open_episode
-        for step, lead in (leaders or {}).items():
-            self._lead(state, step, lead)
+    # -- state -------------------------------------------------------------------------
 
     def state(self, job: str) -> JobAlertState:
-        """The job's state: its window's slowdowns and leaders, its open episode, the
-        latest top attribution and the latest alert sent."""
-        state = self._jobs.get(job) or _JobAlerts(SlowdownWindow(self.config.window))
-        return JobAlertState(
-            slowdowns=dict(state.slowdowns.values),
-            episode=state.episode,
-            leaders={step: dict(lead) for step, lead in state.leaders.items()},
-            last_top=state.last_top,
-            last=state.last,
-        )
+        state = self._jobs.get(job) or _JobAlerts()
+        return JobAlertState(dict(state.marks), state.episode, state.group, state.last)
 
     def load(self, job: str, saved: JobAlertState) -> None:
-        """Take over a job exactly as :meth:`state` described it (another worker's)."""
-        self.forget(job)
-        self.restore(job, saved.slowdowns, saved.episode, saved.leaders)
-        state = self._job(job)
-        state.last_top, state.last = saved.last_top, saved.last
+        """Take over a job exactly as :meth:`state` described it (another worker's, or
+        rebuilt from the store)."""
+        state = self._jobs[job] = _JobAlerts()
+        state.marks = dict(saved.marks)
+        state.episode, state.group, state.last = saved.episode, saved.group, saved.last
+        self._trim(state)
 
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
 
-    def rolling(self, job: str, step: int) -> float:
-        return self._job(job).slowdowns.rolling(step)[0]
+    # -- steps -------------------------------------------------------------------------
 
     def observe(
         self,
@@ -172,74 +205,195 @@ class StragglerAlerts:
         step: int,
         start_ns: int,
         slowdown: float,
-        top: tuple[str, str, float] | None,
-        leaders: Leaders | None = None,
+        attributions: Iterable[tuple[str, str, float]],
+        locate: Locate | None = None,
     ) -> Alert | None:
-        """Take one analysed step (``leaders``: its top group per blame dimension);
-        return the alert it fires or resolves, if any."""
-        state = self._job(job)
-        state.slowdowns.put(step, slowdown)
-        if top is not None:
-            state.last_top = (step, top)
-        if leaders:
-            self._lead(state, step, leaders)
-        top_step, top = state.last_top if state.last_top is not None else (step, None)
-        rolling, n = state.slowdowns.rolling(step)
-        cfg = self.config
-        evidence: dict[str, Any] = {
-            "step": step,
-            "rolling_slowdown": rolling,
-            "window_steps": n,
-            "step_slowdown": slowdown,
-            "threshold": cfg.fire_at,
-        }
-        if top is not None:
-            evidence["top_attribution"] = {"dimension": top[0], "group": top[1], "slowdown": top[2]}
-            evidence["top_attribution_step"] = top_step
-        if state.episode is None and n >= cfg.min_steps and rolling >= cfg.fire_at:
-            state.episode = f"straggler:{job}:{step}"
-            severity = "critical" if rolling >= cfg.critical_at else "warning"
-            blame = self._blame(state, step)
-            evidence["blame"] = blame
-            summary = f"job {job} runs {rolling:.2f}x its straggler-free time, {_words(blame)}"
+        """Take one analysed step and its (dimension, group, S_g) attributions; return
+        the alert it fires or resolves, if any. ``locate`` names a blamed group's ranks
+        and hosts."""
+        state = self._jobs.setdefault(job, _JobAlerts())
+        state.marks[step] = mark_of(slowdown, list(attributions))
+        self._trim(state)
+        window = sorted(s for s in state.marks if s <= step)[-self.config.window :]
+        if len(window) < self.config.window:
+            return None
+        marks = [state.marks[s] for s in window]
+        if state.episode is None:
+            verdict = self._read(marks)
+            if not self._fires(verdict):
+                return None
+            state.episode, state.group = f"straggler:{job}:{step}", verdict.key
+            severity = "critical" if verdict.median >= self.config.critical_at else "warning"
+            evidence = self._evidence(step, slowdown, verdict, locate)
+            summary = _summary(job, verdict, evidence)
             state.last = Alert(state.episode, job, "firing", severity, start_ns, summary, evidence)
             return state.last
-        if state.episode is not None and rolling < cfg.clear_below:
-            alert_id, state.episode = state.episode, None
-            summary = f"job {job} back to {rolling:.2f}x its straggler-free time"
-            state.last = Alert(alert_id, job, "resolved", "info", start_ns, summary, evidence)
-            return state.last
-        return None
+        assert state.group is not None
+        held = _verdict(marks, state.group)
+        if not self._clears(held):
+            return None
+        evidence = self._evidence(step, slowdown, held, locate)
+        alert_id, state.episode, state.group = state.episode, None, None
+        summary = f"job {job} back to {held.median:.2f}x its straggler-free time"
+        state.last = Alert(alert_id, job, "resolved", "info", start_ns, summary, evidence)
+        return state.last
 
-    def _lead(self, state: _JobAlerts, step: int, leaders: Leaders) -> None:
-        state.leaders[step] = dict(leaders)
-        while len(state.leaders) > self.config.window:
-            del state.leaders[min(state.leaders)]
+    # -- the rule ----------------------------------------------------------------------
 
-    def _blame(self, state: _JobAlerts, step: int) -> dict[str, Any]:
-        """The chronic group that explains most (most specific among near ties), or
-        why there is none."""
-        steps = sorted(s for s in state.leaders if s <= step)[-self.config.window :]
-        need = max(2, math.ceil(self.config.chronic_share * len(steps)))
-        candidates: list[tuple[float, str, str, int]] = []  # (mean S_g, dim, group, led)
-        most: dict[str, int] = {}
-        for dim in BLAME:
-            led = [state.leaders[s][dim] for s in steps if dim in state.leaders[s]]
-            group, n = next(iter(Counter(g for g, _ in led).most_common(1)), ("", 0))
-            most[dim] = n
-            if n >= need:
-                candidates.append((sum(v for g, v in led if g == group) / n, dim, group, n))
-        if not candidates:
-            return {"chronic": False, "steps": len(steps), "needed": need, "most_led": most}
-        best = max(c[0] for c in candidates)
-        mean, dim, group, n = next(c for c in candidates if c[0] >= best - TIE)
-        return {"chronic": True, "dimension": dim, "group": group, "steps_led": n} | {
-            "steps": len(steps),
-            "mean_slowdown": mean,
+    def _read(self, marks: list[StepMark]) -> _Verdict:
+        """The smallest group the window's steps chronically blame, or spread."""
+        cfg = self.config
+        counts = _containing([m.blame for m in marks])
+        key = _smallest_chronic(counts, cfg.chronic_share * len(marks))
+        if key[0] in ("stage", "dp_rank"):
+            key = _descend(counts, key, cfg.descend_share)
+        return _verdict(marks, key)
+
+    def _fires(self, v: _Verdict) -> bool:
+        cfg = self.config
+        return v.dimension != SPREAD and v.lead >= cfg.margin and v.median >= cfg.fire_at
+
+    def _clears(self, held: _Verdict) -> bool:
+        cfg = self.config
+        return (
+            held.led < cfg.clear_share * held.steps
+            or held.lead < cfg.margin / 2
+            or held.median < cfg.clear_below
+        )
+
+    def _evidence(
+        self, step: int, slowdown: float, v: _Verdict, locate: Locate | None
+    ) -> dict[str, Any]:
+        ranks, hosts = locate(v.dimension, v.group) if locate is not None else ([], [])
+        return {
+            "step": step,
+            "step_slowdown": slowdown,
+            "rolling_slowdown": v.median,
+            "window_steps": v.steps,
+            "lead_over_peers": v.lead,
+            "threshold": self.config.margin,
+            "blame": {
+                "chronic": v.dimension != SPREAD,
+                "dimension": v.dimension,
+                "group": v.group,
+                "steps_led": v.led,
+                "steps": v.steps,
+                "needed": math.ceil(self.config.chronic_share * v.steps),
+            },
+            "cause": v.cause,
+            "ranks": ranks,
+            "hosts": hosts,
         }
 
-    def _job(self, job: str) -> _JobAlerts:
-        state = self._jobs.get(job)
-        if state is None:
-            state = self._jobs[job] = _JobAlerts(SlowdownWindow(self.config.window))
-        return state
+    def _trim(self, state: _JobAlerts) -> None:
+        extra = len(state.marks) - 2 * self.config.window
+        if extra > 0:
+            for old in sorted(state.marks)[:extra]:
+                del state.marks[old]
+
+
+def mark_of(slowdown: float, attributions: list[tuple[str, str, float]]) -> StepMark:
+    """What an alert keeps of a step: its S, its blame, where its slowdown sits and the
+    two largest S_g of each blame dimension."""
+    blame = step_blame(slowdown, attributions)
+    optypes = [(g, v) for d, g, v in attributions if d == "optype"]
+    cause = ""
+    if optypes:
+        top = max(optypes, key=lambda gv: gv[1])[0]
+        cause = "compute" if top in COMPUTING else "network"
+    tops: dict[str, Top] = {}
+    for dimension in DIMENSIONS:
+        mine = sorted(((v, g) for d, g, v in attributions if d == dimension), reverse=True)
+        if mine:
+            tops[dimension] = tuple((g, v) for v, g in mine[:2])
+    return StepMark(slowdown, blame, cause, tops)
+
+
+def _verdict(marks: list[StepMark], key: tuple[str, str]) -> _Verdict:
+    median = statistics.median(m.slowdown for m in marks)
+    if key[0] == SPREAD:
+        return _Verdict(SPREAD, "", 0, len(marks), 0.0, median, "")
+    mine = [m for m in marks if _inside(m.blame, key)]
+    lead = statistics.median(m.lead(key) for m in marks)
+    causes = Counter(m.cause for m in mine if m.cause)
+    cause = causes.most_common(1)[0][0] if causes else ""
+    return _Verdict(key[0], key[1], len(mine), len(marks), lead, median, cause)
+
+
+def _inside(blame: StepBlame, key: tuple[str, str]) -> bool:
+    """Whether a step blamed on ``blame`` counts for group ``key`` (a worker counts for
+    its stage and its DP rank)."""
+    if blame.key == key:
+        return True
+    if blame.dimension != "worker" or key[0] not in ("stage", "dp_rank"):
+        return False
+    d, p = blame.group.split(",")
+    return key[1] == (p if key[0] == "stage" else d)
+
+
+def _containing(blames: list[StepBlame]) -> Counter[tuple[str, str]]:
+    """Per group, the steps it or a group inside it is blamed for."""
+    out: Counter[tuple[str, str]] = Counter()
+    for b in blames:
+        if b.dimension == SPREAD:
+            continue
+        out[b.key] += 1
+        if b.dimension == "worker":
+            d, p = b.group.split(",")
+            out[("stage", p)] += 1
+            out[("dp_rank", d)] += 1
+    return out
+
+
+def _smallest_chronic(counts: Mapping[tuple[str, str], int], needed: float) -> tuple[str, str]:
+    """The most specific group counted in at least ``needed`` steps (the most counted
+    among several of a dimension), or spread."""
+    for dimension in DIMENSIONS:
+        mine = [(n, g) for (d, g), n in counts.items() if d == dimension and n >= needed]
+        if mine:
+            return dimension, max(mine)[1]
+    return SPREAD, ""
+
+
+def _descend(
+    counts: Mapping[tuple[str, str], int], key: tuple[str, str], share: float
+) -> tuple[str, str]:
+    """A stage or DP rank whose counted steps one of its workers explains in ``share``
+    of them is that worker's."""
+    total = counts[key]
+    members = [
+        (n, g)
+        for (d, g), n in counts.items()
+        if d == "worker" and _inside(StepBlame("worker", g), key)
+    ]
+    if members:
+        n, group = max(members)
+        if n >= share * total:
+            return ("worker", group)
+    return key
+
+
+def _summary(job: str, v: _Verdict, evidence: Mapping[str, Any]) -> str:
+    where = ""
+    ranks, hosts = evidence.get("ranks") or [], evidence.get("hosts") or []
+    if len(ranks) > NAMED:
+        where = f" ({len(ranks)} ranks on {len(hosts)} host{'s' if len(hosts) != 1 else ''})"
+    elif ranks:
+        where = f" (rank{'s' if len(ranks) > 1 else ''} {_ranges(ranks)}"
+        where += f" on {', '.join(hosts)})" if hosts else ")"
+    cause = f", in {v.cause}" if v.cause else ""
+    return (
+        f"job {job} runs {v.median:.2f}x its straggler-free time: {NAMES[v.dimension]}"
+        f" {v.group}{where} explains {v.led} of its last {v.steps} steps{cause},"
+        f" {v.lead:+.2f} over its peers"
+    )
+
+
+def _ranges(ranks: list[int]) -> str:
+    out: list[str] = []
+    for r in sorted(ranks):
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)

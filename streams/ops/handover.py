@@ -21,16 +21,16 @@ import numpy as np
 
 from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.sim.ideal import StepSummary
-from rankwatch.streams.ops.alerts import Alert
+from rankwatch.streams.ops.alerts import Alert, StepMark
+from rankwatch.streams.ops.blame import SPREAD, StepBlame
 from rankwatch.streams.ops.pipeline import JobHistory
 
 
 def state_message(job: str, history: JobHistory) -> dict[str, Any]:
-    """The ``jobstate`` message of ``job`` (see jobstate.v1.schema.json)."""
-    last_top = None
-    if history.last_top is not None:
-        step, (dimension, group, value) = history.last_top
-        last_top = {"step": step, "dimension": dimension, "group": group, "slowdown": value}
+    """The ``jobstate`` message of ``job`` (see jobstate.v1.schema.json). The straggler
+    alerts' step marks travel in v1's fields: each step's S in ``slowdowns``; its blame,
+    its cause and each dimension's two largest S_g as ``leaders`` rows (dimensions
+    ``blame:<dimension>``, ``cause`` and ``top:<dimension>``)."""
     alert = history.last_alert
     return {
         "schema": "jobstate",
@@ -51,13 +51,11 @@ def state_message(job: str, history: JobHistory) -> dict[str, Any]:
             }
             for step, s in sorted((history.summaries or {}).items())
         ],
-        "slowdowns": [[step, _float(v)] for step, v in sorted(history.slowdowns.items())],
+        "slowdowns": [[step, _float(m.slowdown)] for step, m in sorted(history.marks.items())],
         "leaders": [
-            {"step": step, "dimension": dim, "group": group, "slowdown": _float(value)}
-            for step, lead in sorted(history.leaders.items())
-            for dim, (group, value) in sorted(lead.items())
+            row for step, m in sorted(history.marks.items()) for row in _mark_rows(step, m)
         ],
-        "last_top": last_top,
+        "last_top": None,
         "last_alert": alert.message() if alert is not None else None,
         "detector": history.detector,
     }
@@ -67,18 +65,12 @@ def history_from(message: dict[str, Any]) -> JobHistory:
     """The :class:`JobHistory` a ``jobstate`` message describes (decoded and validated
     by the codec first). Raises ValueError (or KeyError, TypeError) on a message the
     schema lets through but that cannot be a job's state."""
-    leaders: dict[int, dict[str, tuple[str, float]]] = {}
-    for row in message["leaders"]:
-        leaders.setdefault(int(row["step"]), {})[row["dimension"]] = (
-            row["group"],
-            _number(row["slowdown"]),
-        )
-    top = message["last_top"]
+    marks = _marks(message["slowdowns"], message["leaders"])
     alert = message["last_alert"]
     layout = message["layout"]
     return JobHistory(
         closed_steps=steps_of(message["closed"]),
-        slowdowns={int(step): _number(v) for step, v in message["slowdowns"]},
+        marks=marks,
         last_alert=_alert(alert) if alert is not None else None,
         first_seen_ns=message["first_seen_ns"],
         hosts=frozenset(message["hosts"]),
@@ -86,16 +78,57 @@ def history_from(message: dict[str, Any]) -> JobHistory:
         coordinates={
             int(r): (int(d), int(p), int(t), int(c)) for r, d, p, t, c in message["coordinates"]
         },
-        leaders=leaders,
         stored_batches=frozenset((int(r), int(q), int(s)) for r, q, s in message["stored_batches"]),
         summaries={int(w["step"]): _summary(w) for w in message["window"]},
-        last_top=(
-            (int(top["step"]), (top["dimension"], top["group"], _number(top["slowdown"])))
-            if top is not None
-            else None
-        ),
         detector=message["detector"],
     )
+
+
+BLAME = "blame:"
+CAUSE = "cause"
+TOP = "top:"
+
+
+def _mark_rows(step: int, mark: StepMark) -> list[dict[str, Any]]:
+    s = _float(mark.slowdown)
+    rows = [
+        {"step": step, "dimension": f"{BLAME}{mark.blame.dimension}", "group": mark.blame.group,
+         "slowdown": s},
+        {"step": step, "dimension": CAUSE, "group": mark.cause, "slowdown": s},
+    ]  # fmt: skip
+    for dimension, top in sorted(mark.tops.items()):
+        rows += [
+            {"step": step, "dimension": f"{TOP}{dimension}", "group": g, "slowdown": _float(v)}
+            for g, v in top
+        ]
+    return rows
+
+
+def _marks(slowdowns: list[list[Any]], leaders: list[dict[str, Any]]) -> dict[int, StepMark]:
+    """The alerts' step marks from v1's ``slowdowns`` and ``leaders`` (rows in the order
+    :func:`_mark_rows` wrote them). A message of the version before holds each step's
+    top group per dimension there instead: its steps come back blamed on nothing
+    (spread), with their S."""
+    blames: dict[int, StepBlame] = {}
+    causes: dict[int, str] = {}
+    tops: dict[int, dict[str, list[tuple[str, float]]]] = {}
+    for row in leaders:
+        step, dimension = int(row["step"]), str(row["dimension"])
+        if dimension.startswith(BLAME):
+            blames[step] = StepBlame(dimension[len(BLAME) :], str(row["group"]))
+        elif dimension == CAUSE:
+            causes[step] = str(row["group"])
+        elif dimension.startswith(TOP):
+            mine = tops.setdefault(step, {}).setdefault(dimension[len(TOP) :], [])
+            mine.append((str(row["group"]), _number(row["slowdown"])))
+    out: dict[int, StepMark] = {}
+    for step, value in slowdowns:
+        n = int(step)
+        top = {d: tuple(gv[:2]) for d, gv in tops.get(n, {}).items()}
+        out[n] = StepMark(
+            _number(value), blames.get(n, StepBlame(SPREAD, "")), causes.get(n, ""), top
+        )
+    return out
 
 
 def newest_closed(history: JobHistory) -> int | None:

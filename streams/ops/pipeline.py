@@ -28,8 +28,9 @@ from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row, keyless
 from rankwatch.streams.kit.times import utc
 from rankwatch.streams.kit.versions import row_version
-from rankwatch.streams.ops.alerts import Alert, JobAlertState, StragglerAlerts
+from rankwatch.streams.ops.alerts import Alert, JobAlertState, StepMark, StragglerAlerts
 from rankwatch.streams.ops.assembly import AssembledStep, AssemblyConfig, StepAssembler
+from rankwatch.streams.ops.blame import ranks_of
 from rankwatch.streams.ops.identity import Coordinates, JobIdentities
 from rankwatch.streams.ops.jobs import JobBook
 from rankwatch.streams.slowdown.detector import SlowdownDetector
@@ -97,6 +98,8 @@ class Pipeline:
         self._closed: list[AssembledStep] = []
         """Closed steps not yet analysed, in the order they closed (:attr:`defer_ops`)."""
         self._closed_ops = 0
+        self._hosts: dict[str, dict[int, str]] = {}
+        """job -> rank -> the host its batches name (an alert names the blamed ranks')."""
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message (a batch, or a bundle of them); bad input becomes a
@@ -173,6 +176,7 @@ class Pipeline:
         for batch in batches:
             self.identity.accept(batch)
             self.jobs.observe(batch)
+            self._hosts.setdefault(batch.job, {})[batch.rank] = batch.host
             self._keep_rank_steps(batch, added.late)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((job, step) for step in added.pending)
@@ -197,6 +201,7 @@ class Pipeline:
         if added.fresh:
             self.identity.accept(batch)
             self.jobs.observe(batch)
+            self._hosts.setdefault(batch.job, {})[batch.rank] = batch.host
             self._keep_rank_steps(batch, added.late)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((batch.job, step) for step in added.pending)
@@ -291,11 +296,7 @@ class Pipeline:
                 restore(history.analysed)
         if self.alerts is not None:
             saved = JobAlertState(
-                history.slowdowns,
-                history.open_alert,
-                history.leaders,
-                history.last_top,
-                history.last_alert,
+                history.marks, history.open_alert, history.alert_group, history.last_alert
             )
             self.alerts.load(job, saved)
         if self.slowdown is not None:
@@ -322,16 +323,14 @@ class Pipeline:
         done = set(closed)
         return JobHistory(
             closed_steps=closed,
-            slowdowns=alerts.slowdowns if alerts else {},
+            marks=alerts.marks if alerts else {},
             last_alert=alerts.last if alerts else None,
             first_seen_ns=first_seen_ns,
             hosts=hosts,
             layout=self.identity.layout(job),
             coordinates=self.identity.coordinates(job),
-            leaders=alerts.leaders if alerts else {},
             stored_batches=frozenset(b for b in stored if b[2] not in done),
             summaries=summaries(job) if summaries is not None else None,
-            last_top=alerts.last_top if alerts else None,
             detector=self.slowdown.state(job) if self.slowdown is not None else None,
         )
 
@@ -353,6 +352,7 @@ class Pipeline:
         self.assembler.forget(job)
         self.jobs.forget(job)
         self.identity.forget(job)
+        self._hosts.pop(job, None)
         self._stored_batches.pop(job, None)
         self._open_batches.pop(job, None)
         for key in [k for k in self._rank_steps if k[0] == job]:
@@ -420,9 +420,15 @@ class Pipeline:
     def _alert(self, step: AssembledStep, analysis: StepAnalysis, out: Output) -> None:
         if self.alerts is None:
             return
-        top = max(analysis.attributions, key=lambda a: a[2]) if analysis.attributions else None
+        job = step.job
+
+        def locate(dimension: str, group: str) -> tuple[list[int], list[str]]:
+            ranks = ranks_of(dimension, group, self.identity.coordinates(job))
+            hosts = self._hosts.get(job, {})
+            return ranks, sorted({hosts[r] for r in ranks if r in hosts})
+
         alert = self.alerts.observe(
-            step.job, step.step, step.start_ns, analysis.slowdown, top, leaders(analysis)
+            job, step.step, step.start_ns, analysis.slowdown, analysis.attributions, locate
         )
         if alert is not None:
             out.add("alerts", alert_row(alert.message()))
@@ -473,7 +479,8 @@ class JobHistory:
     closed_steps: list[int] = field(default_factory=list)
     analysed: list[AssembledStep] = field(default_factory=list)
     """The latest complete, analysed steps, rebuilt from the stored ops."""
-    slowdowns: dict[int, float] = field(default_factory=dict)
+    marks: dict[int, StepMark] = field(default_factory=dict)
+    """The latest analysed steps' slowdown, blame and cause (the straggler alerts')."""
     last_alert: Alert | None = None
     """The job's latest stored straggler alert (firing: its episode is still open)."""
     first_seen_ns: int | None = None
@@ -484,8 +491,6 @@ class JobHistory:
     process (None when there is no row yet)."""
     coordinates: dict[int, Coordinates] = field(default_factory=dict)
     """rank -> (dp, pp, tp, cp) of the ranks of the job's newest stored step."""
-    leaders: dict[int, dict[str, tuple[str, float]]] = field(default_factory=dict)
-    """step -> top group per dimension, of the steps in ``slowdowns`` (alert blame)."""
     signals: list[tuple[list[Signals], dict[int, list[str]]]] = field(default_factory=list)
     """The latest stored steps' slowdown signals, oldest first, each with the kinds open
     per rank (``rank_signals.anomalies``): the slowdown detector's history."""
@@ -498,8 +503,6 @@ class JobHistory:
     summaries: dict[int, StepSummary] | None = None
     """The window's step summaries as another worker held them (the changelog): used
     instead of rebuilding them from ``analysed``."""
-    last_top: tuple[int, tuple[str, str, float]] | None = None
-    """(step, top attribution) of the latest attributed step: an alert's evidence."""
     detector: dict[str, Any] | None = None
     """The slowdown detector's state as another worker held it (the changelog): used
     instead of replaying ``signals``."""
@@ -509,14 +512,15 @@ class JobHistory:
         alert = self.last_alert
         return alert.alert_id if alert is not None and alert.state == "firing" else None
 
-
-def leaders(analysis: StepAnalysis) -> dict[str, tuple[str, float]]:
-    """The top group (largest S_g) of each dimension of a step's attributions, with S_g."""
-    best: dict[str, tuple[str, float]] = {}
-    for dimension, group, value in analysis.attributions:
-        if dimension not in best or value > best[dimension][1]:
-            best[dimension] = (group, value)
-    return best
+    @property
+    def alert_group(self) -> tuple[str, str] | None:
+        """The group the open straggler episode blames (from its firing alert)."""
+        if self.open_alert is None or self.last_alert is None:
+            return None
+        blame = self.last_alert.evidence.get("blame") or {}
+        if blame.get("dimension") in (None, "spread"):
+            return None
+        return str(blame["dimension"]), str(blame.get("group", ""))
 
 
 def step_row(message: dict[str, Any], now_ns: int, generation: int = 0) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import numpy as np
 import orjson
 
 from rankwatch.streams.kit.store import Store
-from rankwatch.streams.ops.alerts import Alert
+from rankwatch.streams.ops.alerts import Alert, StepMark, mark_of
 from rankwatch.streams.ops.assembly import AssembledStep, step_from_columns
 from rankwatch.streams.ops.identity import Coordinates
 from rankwatch.streams.ops.pipeline import JobHistory
@@ -45,10 +45,9 @@ _JOB = (
     "groupUniqArrayArray(hosts) AS hosts, argMax(dp_size, version) AS dp_size, "
     "argMax(pp_size, version) AS pp_size FROM jobs WHERE job = {job:String}"
 )
-_LEADERS = (
-    "SELECT step, dimension, argMax(group, slowdown) AS top, max(slowdown) AS value "
-    "FROM step_attribution FINAL "
-    "WHERE job = {job:String} AND step IN {steps:Array(UInt64)} GROUP BY step, dimension"
+_ATTRIBUTIONS = (
+    "SELECT step, dimension, `group`, slowdown FROM step_attribution FINAL "
+    "WHERE job = {job:String} AND step IN {steps:Array(UInt64)}"
 )
 _STORED_BATCHES = (
     "SELECT DISTINCT rank, batch_seq, step FROM ops WHERE job = {job:String} "
@@ -114,7 +113,7 @@ def load_history(
     rows = store.query(_CLOSED, {"job": job, "n": closed_memory})
     closed = [int(r["step"]) for r in rows]
     analysed = [(int(r["step"]), float(r["slowdown"])) for r in rows if r["slowdown"] is not None]
-    slowdowns = dict(analysed[:alert_window])
+    slowdowns = dict(analysed[:alert_window])  # the straggler alerts' history
     steps = [s for s, _ in analysed[:window]]
     alert = store.query(_LAST_ALERT, {"job": job})
     stored_job: dict[str, Any] = next(iter(store.query(_JOB, {"job": job})), {"n": 0, "hosts": []})
@@ -122,14 +121,13 @@ def load_history(
     return JobHistory(
         closed_steps=closed,
         analysed=_rebuild(store, job, steps, layout) if steps else [],
-        slowdowns=slowdowns,
+        marks=_marks(store, job, slowdowns),
         last_alert=_stored_alert(alert[0]) if alert else None,
         first_seen_ns=int(stored_job["first_seen_ns"]) if known else None,
         hosts=frozenset(stored_job["hosts"]),
         layout=(int(stored_job["dp_size"]), int(stored_job["pp_size"])) if known else None,
         coordinates=_coordinates(store, job, max(closed)) if closed else {},
         stored_batches=stored_open_batches(store, job, closed, closed_memory),
-        leaders=_leaders(store, job, list(slowdowns)),
         signals=_signals(store, job),
         slowdown_alerts=_slowdown_alerts(store, job),
     )
@@ -160,12 +158,17 @@ def _slowdown_alerts(store: Store, job: str) -> list[dict[str, Any]]:
     ]
 
 
-def _leaders(store: Store, job: str, steps: list[int]) -> dict[int, dict[str, tuple[str, float]]]:
-    """The top group of each dimension in each of ``steps``, as the live run saw them."""
-    out: dict[int, dict[str, tuple[str, float]]] = {}
-    for row in store.query(_LEADERS, {"job": job, "steps": steps}) if steps else []:
-        out.setdefault(int(row["step"]), {})[row["dimension"]] = (row["top"], float(row["value"]))
-    return out
+def _marks(store: Store, job: str, slowdowns: dict[int, float]) -> dict[int, StepMark]:
+    """The straggler alerts' mark of each step in ``slowdowns``, from its stored S and
+    attributions, as the live run made it (a step stored without attributions, its S
+    under what is worth attributing, is blamed on nothing, as it was live)."""
+    rows: dict[int, list[tuple[str, str, float]]] = {}
+    steps = list(slowdowns)
+    for row in store.query(_ATTRIBUTIONS, {"job": job, "steps": steps}) if steps else []:
+        rows.setdefault(int(row["step"]), []).append(
+            (str(row["dimension"]), str(row["group"]), float(row["slowdown"]))
+        )
+    return {step: mark_of(value, rows.get(step, [])) for step, value in slowdowns.items()}
 
 
 def stored_open_batches(

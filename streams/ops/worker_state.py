@@ -306,7 +306,7 @@ class WorkerState:
             layout,
             closed_memory=self.settings.assembly.closed_memory,
             window=self.settings.window,
-            alert_window=self.settings.alerts.window,
+            alert_window=2 * self.settings.alerts.window,
         )
         return Recollection(history, from_jobstate=False)
 

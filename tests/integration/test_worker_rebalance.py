@@ -43,6 +43,7 @@ from support.workers import (
 
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.kit.store import Store
+from rankwatch.streams.ops.alerts import AlertConfig
 from rankwatch.streams.ops.publish import publish
 from rankwatch.streams.ops.replay import ReplayedBatch, replay_batches
 
@@ -55,12 +56,17 @@ each job: their straggler episodes open, some steps half in), up to DURING while
 group rebalances, the rest once it has (so every job has steps left after the move)."""
 
 
+ALERT_WINDOW = 4
+"""Steps a straggler alert reads (20 by default): the 5-step episodes fire within it."""
+ALERTS = AlertConfig(window=ALERT_WINDOW)
+
+
 def jobs(names: list[str], origin_ns: int) -> list[ReplayedBatch]:
     """Four jobs whose straggler slows steps 1-5: each job's alert fires before the move
     and resolves after it, so the episode must cross the move."""
     out: list[ReplayedBatch] = []
     for i, job in enumerate(names):
-        slow = Straggler(i % 2, (i // 2) % 2, 1.4 + 0.1 * i, steps=(1, 2, 3, 4, 5))
+        slow = Straggler(i % 2, (i // 2) % 2, 1.8 + 0.1 * i, steps=(1, 2, 3, 4, 5))
         cfg = GenConfig(dp=2, pp=2, microbatches=4, steps=STEPS, stragglers=(slow,), seed=i)
         trace, meta = generate_trace(cfg)
         out += replay_batches(trace, meta, job, origin_ns)
@@ -125,7 +131,7 @@ def union(dsns: list[str]) -> dict[str, Any]:
 def check(
     got: dict[str, Any], batches: list[ReplayedBatch], exactly_once: bool, report: Path
 ) -> None:
-    reference = reference_run(batches)
+    reference = reference_run(batches, alerts=ALERTS)
     expected = {(r["job"], r["step"]): r for r in reference.rows["steps"]}
     keys = Counter((r["job"], r["step"]) for r in got["steps"])
     doubled = sorted(k for k, n in keys.items() if n > 1)
@@ -205,7 +211,14 @@ def moved(how: str, dsns: list[str], kafka_broker: str, artifacts_dir: Path) -> 
 
     def start(i: int) -> WorkerProcess:
         name = f"{how}-{'ab'[i]}"
-        return WorkerProcess(kafka_broker, prefix, dsns[i], artifacts_dir, name)
+        return WorkerProcess(
+            kafka_broker,
+            prefix,
+            dsns[i],
+            artifacts_dir,
+            name,
+            RANKWATCH_ALERT_WINDOW=str(ALERT_WINDOW),
+        )
 
     workers = [start(0)] if how == "join" else [start(0), start(1)]
     try:
@@ -250,5 +263,7 @@ def moved(how: str, dsns: list[str], kafka_broker: str, artifacts_dir: Path) -> 
     got = union(dsns)
     report = artifacts_dir / f"{how}{'-shared' if shared else ''}.json"
     check(got, batches, exactly_once=how != "kill", report=report)
-    reference_alerts = {(a["alert_id"], a["state"]) for a in reference_run(batches).rows["alerts"]}
+    reference_alerts = {
+        (a["alert_id"], a["state"]) for a in reference_run(batches, alerts=ALERTS).rows["alerts"]
+    }
     assert reference_alerts <= announced(kafka_broker, prefix)  # each at least once

@@ -22,7 +22,7 @@ from typing import Any
 from rankwatch.schemas.codec import decode, encode_ops
 from rankwatch.streams.kit.health import read_status
 from rankwatch.streams.kit.output import Output, Source
-from rankwatch.streams.ops.alerts import StragglerAlerts
+from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts
 from rankwatch.streams.ops.analyser import WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssemblyConfig
 from rankwatch.streams.ops.pipeline import Pipeline
@@ -220,14 +220,17 @@ def wait_committed(
 
 
 def reference_run(
-    batches: Iterable[ReplayedBatch], window: int = 20, assembly: AssemblyConfig | None = None
+    batches: Iterable[ReplayedBatch],
+    window: int = 20,
+    assembly: AssemblyConfig | None = None,
+    alerts: AlertConfig | None = None,
 ) -> Output:
     """Everything an uninterrupted in-process run produces (worker defaults: rolling
     window, straggler alerts)."""
     pipeline = Pipeline(
         assembly=assembly or AssemblyConfig(grace_s=1e9),
         analyser=WhatIfAnalyser(window=window),
-        alerts=StragglerAlerts(),
+        alerts=StragglerAlerts(alerts or AlertConfig()),
     )
     out = Output()
     source = Source(topic="ops")

@@ -19,7 +19,7 @@ from rankwatch.streams.ops.replay import replay_batches
 
 CFG = GenConfig(dp=2, pp=2, microbatches=4, steps=10, stragglers=(Straggler(0, 1, 1.5),), seed=5)
 SOURCE = Source(topic="ops")
-ALERTS = AlertConfig(fire_at=1.05, clear_below=1.01, window=3, min_steps=2)
+ALERTS = AlertConfig(fire_at=1.05, clear_below=1.01, window=3)
 NOW = 10**18  # one clock for every call: the rows' times then match too
 
 

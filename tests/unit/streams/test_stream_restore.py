@@ -9,7 +9,7 @@ import numpy as np
 from rankwatch.schemas.codec import encode_ops
 from rankwatch.sim.tracegen import GenConfig, Straggler, generate_trace
 from rankwatch.streams.kit.output import Output, Source
-from rankwatch.streams.ops.alerts import Alert, AlertConfig, StragglerAlerts
+from rankwatch.streams.ops.alerts import Alert, AlertConfig, StragglerAlerts, mark_of
 from rankwatch.streams.ops.analyser import WhatIfAnalyser
 from rankwatch.streams.ops.assembly import AssembledStep, step_from_columns
 from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
@@ -17,7 +17,7 @@ from rankwatch.streams.ops.replay import replay_batches
 
 CFG = GenConfig(dp=2, pp=2, microbatches=4, steps=12, stragglers=(Straggler(0, 1, 1.5),), seed=5)
 SOURCE = Source(topic="ops")
-ALERTS = AlertConfig(fire_at=1.05, clear_below=1.01, window=3, min_steps=2)
+ALERTS = AlertConfig(fire_at=1.05, clear_below=1.01, window=3)
 
 
 def pipeline() -> Pipeline:
@@ -58,10 +58,13 @@ def test_restart_from_stored_state_matches_an_uninterrupted_run() -> None:
     cut = len(messages) // 2 + 1
     before = feed(pipeline(), messages[:cut])
     stored = {r["step"]: r for r in before.rows["steps"]}
+    attributed: dict[int, list[tuple[str, str, float]]] = {}
+    for r in before.rows.get("step_attribution", []):
+        attributed.setdefault(r["step"], []).append((r["dimension"], r["group"], r["slowdown"]))
     history = JobHistory(
         closed_steps=sorted(stored),
         analysed=[rebuilt(s) for s in before.steps][-4:],
-        slowdowns={s: r["slowdown"] for s, r in stored.items()},
+        marks={s: mark_of(r["slowdown"], attributed.get(s, [])) for s, r in stored.items()},
         last_alert=next(
             (stored_alert(m) for k, _, m in reversed(before.messages) if k == "alerts"), None
         ),
