@@ -116,7 +116,7 @@ class KafkaTransport:
     def close(self) -> None:
         self._drop_producer(graceful=True)
         if self._loop is not None:
-            self._loop.close()
+            _close_loop(self._loop)
             self._loop = None
 
     async def _send(self, messages: Sequence[Message]) -> list[bool]:
@@ -161,6 +161,7 @@ class KafkaTransport:
 
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
+            self._loop.set_exception_handler(_quiet)
         ms = int(self.timeout_s * 1000)
 
         async def start() -> Any:
@@ -201,6 +202,32 @@ class KafkaTransport:
                 self._loop.run_until_complete(_abandon(producer))
         except Exception as exc:
             self.last_error = repr(exc)
+
+
+def _quiet(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """What the producer's loop would print on stderr (a connection future nobody read
+    after a broker went away, a task destroyed pending): one debug line instead. The
+    default handler writes a traceback into the training job's output, from whichever
+    thread collects the object, at any later moment."""
+    log.debug(
+        "rankwatch hooks: kafka client: %s %r", context.get("message"), context.get("exception")
+    )
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop, wait_s: float = 1.0) -> None:
+    """Close the producer's loop with nothing left pending on it: a producer stopped
+    while the broker was away leaves its metadata and sender tasks waiting."""
+    with contextlib.suppress(Exception):
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=wait_s))
+        for task in pending:
+            if task.done() and not task.cancelled():
+                task.exception()  # read: never reported as unretrieved
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 async def _abandon(producer: Any) -> None:
