@@ -228,10 +228,15 @@ class StragglerAlerts:
             summary = _summary(job, verdict, evidence)
             state.last = Alert(state.episode, job, "firing", severity, start_ns, summary, evidence)
             return state.last
-        assert state.group is not None
-        held = _verdict(marks, state.group)
-        if not self._clears(held):
-            return None
+        if state.group is None:  # an episode of an earlier rule: held while this one fires
+            held = self._read(marks)
+            if self._fires(held):
+                state.group = held.key
+                return None
+        else:
+            held = _verdict(marks, state.group)
+            if not self._clears(held):
+                return None
         evidence = self._evidence(step, slowdown, held, locate)
         alert_id, state.episode, state.group = state.episode, None, None
         summary = f"job {job} back to {held.median:.2f}x its straggler-free time"

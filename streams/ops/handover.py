@@ -21,7 +21,7 @@ import numpy as np
 
 from rankwatch.schemas.optypes import OPTYPES
 from rankwatch.sim.ideal import StepSummary
-from rankwatch.streams.ops.alerts import Alert, StepMark
+from rankwatch.streams.ops.alerts import DIMENSIONS, Alert, StepMark
 from rankwatch.streams.ops.blame import SPREAD, StepBlame
 from rankwatch.streams.ops.pipeline import JobHistory
 
@@ -114,13 +114,14 @@ def _marks(slowdowns: list[list[Any]], leaders: list[dict[str, Any]]) -> dict[in
     tops: dict[int, dict[str, list[tuple[str, float]]]] = {}
     for row in leaders:
         step, dimension = int(row["step"]), str(row["dimension"])
+        group = str(row["group"])
         if dimension.startswith(BLAME):
-            blames[step] = StepBlame(dimension[len(BLAME) :], str(row["group"]))
+            blames[step] = StepBlame(_group(dimension[len(BLAME) :], group, SPREAD), group)
         elif dimension == CAUSE:
-            causes[step] = str(row["group"])
+            causes[step] = group if group in ("compute", "network") else ""
         elif dimension.startswith(TOP):
-            mine = tops.setdefault(step, {}).setdefault(dimension[len(TOP) :], [])
-            mine.append((str(row["group"]), _number(row["slowdown"])))
+            name = _group(dimension[len(TOP) :], group)
+            tops.setdefault(step, {}).setdefault(name, []).append((group, _number(row["slowdown"])))
     out: dict[int, StepMark] = {}
     for step, value in slowdowns:
         n = int(step)
@@ -129,6 +130,19 @@ def _marks(slowdowns: list[list[Any]], leaders: list[dict[str, Any]]) -> dict[in
             _number(value), blames.get(n, StepBlame(SPREAD, "")), causes.get(n, ""), top
         )
     return out
+
+
+def _group(dimension: str, group: str, *also: str) -> str:
+    """``dimension``, checked to name a blame dimension and ``group`` one of its groups
+    (a worker is "dp,pp", a stage or DP rank a number; spread names none): the alerts
+    split these, so a message that says otherwise is refused here, not there."""
+    if dimension in also and group == "":
+        return dimension
+    parts = group.split(",")
+    want = 2 if dimension == "worker" else 1
+    if dimension not in DIMENSIONS or len(parts) != want or not all(p.isdigit() for p in parts):
+        raise ValueError(f"bad alert mark {dimension!r} {group!r}")
+    return dimension
 
 
 def newest_closed(history: JobHistory) -> int | None:

@@ -28,7 +28,13 @@ from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
 from rankwatch.streams.kit.output import Output, Source, alert_row, keyless
 from rankwatch.streams.kit.times import utc
 from rankwatch.streams.kit.versions import row_version
-from rankwatch.streams.ops.alerts import Alert, JobAlertState, StepMark, StragglerAlerts
+from rankwatch.streams.ops.alerts import (
+    DIMENSIONS,
+    Alert,
+    JobAlertState,
+    StepMark,
+    StragglerAlerts,
+)
 from rankwatch.streams.ops.assembly import AssembledStep, AssemblyConfig, StepAssembler
 from rankwatch.streams.ops.blame import ranks_of
 from rankwatch.streams.ops.identity import Coordinates, JobIdentities
@@ -517,9 +523,9 @@ class JobHistory:
         """The group the open straggler episode blames (from its firing alert)."""
         if self.open_alert is None or self.last_alert is None:
             return None
-        blame = self.last_alert.evidence.get("blame") or {}
-        if blame.get("dimension") in (None, "spread"):
-            return None
+        blame = self.last_alert.evidence.get("blame")
+        if not isinstance(blame, dict) or blame.get("dimension") not in DIMENSIONS:
+            return None  # spread, or evidence no version of the alerts writes
         return str(blame["dimension"]), str(blame.get("group", ""))
 
 

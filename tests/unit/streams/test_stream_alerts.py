@@ -4,6 +4,8 @@ peers; nothing on noise that moves from step to step; the episode survives a han
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rankwatch.streams.ops.alerts import AlertConfig, StragglerAlerts, mark_of
@@ -115,3 +117,15 @@ def test_a_step_mark_keeps_each_dimensions_two_largest() -> None:
 def test_the_config_refuses_a_share_that_cannot_clear() -> None:
     with pytest.raises(ValueError):
         AlertConfig(chronic_share=0.5, clear_share=0.6)
+
+
+def test_an_episode_whose_group_is_unknown_is_held_while_the_rule_fires_then_resolved() -> None:
+    """A firing alert of an earlier rule (its evidence names no group of this one) taken
+    over: no second firing alert, and its own id on the resolved one."""
+    first = StragglerAlerts(CFG)
+    run(first, [{(1, 1): 1.5}] * 6)
+    saved = first.state("j")
+    second = StragglerAlerts(CFG)
+    second.load("j", dataclasses.replace(saved, group=None))
+    again = run(second, [{(1, 1): 1.5}] * 3 + [{}] * 8, first=6)
+    assert [(a.state, a.alert_id) for a in again] == [("resolved", saved.episode)]

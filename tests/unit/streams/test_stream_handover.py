@@ -182,3 +182,23 @@ def test_a_kill_between_a_flush_and_its_jobstate_stores_again_identically(
     assert {(a["alert_id"], a["state"], a["ts_ns"], a["evidence"]) for a in alerts} == {
         (a["alert_id"], a["state"], a["ts_ns"], a["evidence"]) for a in WHOLE.rows["alerts"]
     }
+
+
+@pytest.mark.parametrize(
+    ("dimension", "group"),
+    [("blame:worker", "3"), ("blame:worker", "a,b"), ("blame:stage", "1,0"),
+     ("blame:optype", "gc"), ("blame:spread", "0"), ("top:worker", "x"), ("top:rack", "1")],
+)  # fmt: skip
+def test_a_message_whose_alert_marks_cannot_be_split_is_refused(dimension: str, group: str) -> None:
+    """The alerts split a worker's group into its DP and PP rank: a mark another worker
+    (or anything on the topic) wrote wrong is refused with the message, which the worker
+    then counts and restores from the store instead (``WorkerState.recollect``)."""
+    p = pipeline()
+    feed(p, MESSAGES[: len(MESSAGES) // 2])
+    message = decode("jobstate", encode("jobstate", state_message("j", p.history("j"))))
+    step = message["slowdowns"][0][0]
+    message["leaders"].append(
+        {"step": step, "dimension": dimension, "group": group, "slowdown": 1.2}
+    )
+    with pytest.raises(ValueError, match="bad alert mark"):
+        history_from(message)
