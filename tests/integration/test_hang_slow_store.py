@@ -7,7 +7,7 @@ the inserts in a thread (``kit.delivery.flush_in_thread``): the agents read on a
 tick writes the health file meanwhile.
 
 Real broker, a real ``rankwatch hang worker`` subprocess, chDB behind the HTTP endpoint
-of ``support/chdbhttp.py`` holding one insert 8 s (within the store's 30-s timeout).
+of ``support/chdbhttp.py`` holding one insert 12 s (within the store's 30-s timeout).
 Three waits, each of which stopped the worker's event loop before: a store's inserts, a
 sent alert's record, and a new job's lookup.
 """
@@ -33,7 +33,7 @@ from support.workers import read_topic, send_in_order, until
 from rankwatch.streams.kit.health import read_status
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-HANG_S = 8.0
+HANG_S = 12.0
 NS = 1_000_000_000
 
 
@@ -80,11 +80,12 @@ class Setup:
         return time.time_ns()
 
     def reads_on_during_the_hold(self, held_ns: int) -> dict[str, Any]:
-        """What the broker had 4 s before the held insert answers is read, and the
-        health file written, before it answers; returns that health file."""
-        time.sleep(HANG_S - 4)
+        """What the broker had 8 s before the held insert answers is read, and the
+        health file written, before it answers (6 s given: a loaded box); returns that
+        health file."""
+        time.sleep(HANG_S - 8)
         read_by = self.sent()
-        until(lambda: self.health.get("messages_in", 0) >= read_by, 2, "reading on")
+        until(lambda: self.health.get("messages_in", 0) >= read_by, 6, "reading on")
         status = self.health
         assert status["written_ns"] < held_ns + (HANG_S - 0.5) * NS, "not during the hold"
         return status
