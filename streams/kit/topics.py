@@ -86,6 +86,7 @@ async def ensure_topics(
                 why = rest[0] if rest and rest[0] else for_code(code).__name__
                 raise TopicError(f"cannot create topic {topic} on {bootstrap}: {why}")
         counts = await _wait_for_leaders(admin, names, timeout_s)
+        await _wait_for_controller(admin, timeout_s)
     except KafkaError as exc:
         raise TopicError(f"topics on {bootstrap}: {exc}") from exc
     finally:
@@ -125,6 +126,23 @@ async def _wait_for_leaders(
             return {t["topic"]: len(t["partitions"]) for t in described}
         if loop.time() > deadline:
             raise TopicError(f"topics {list(names)} have no leaders after {timeout_s:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+async def _wait_for_controller(admin: AIOKafkaAdminClient, timeout_s: float) -> None:
+    """Until the cluster's metadata names its brokers and a controller. A broker just
+    started can answer before it does, and faust's first topic declaration (its leader
+    topic) then fails the worker's start with "Controller node not found" (seen once in
+    ten fresh-broker runs of test_minder_slow_store on a loaded box)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        cluster = await admin.describe_cluster()
+        controller = cluster.get("controller_id")
+        if cluster.get("brokers") and isinstance(controller, int) and controller >= 0:
+            return
+        if loop.time() > deadline:
+            raise TopicError(f"the cluster names no controller after {timeout_s:.0f}s")
         await asyncio.sleep(0.1)
 
 
