@@ -85,6 +85,9 @@ class _Seen:
     cp_size: int = 0
     vpp_size: int = 1
     hosts: set[str] = field(default_factory=set)
+    rank_hosts: dict[int, str] = field(default_factory=dict)
+    """rank -> the host its latest batch named (a straggler alert names the blamed
+    ranks' hosts)."""
     first_seen_ns: int | None = None
     last_seen_ns: int | None = None
 
@@ -96,6 +99,7 @@ class _Seen:
         self.cp_size = max(self.cp_size, batch.cp_rank + 1)
         if batch.host not in self.hosts:
             self.hosts.add(batch.host)
+        self.rank_hosts[batch.rank] = batch.host
 
     def take_step(self, step: AssembledStep) -> None:
         trace = step.trace
@@ -173,6 +177,12 @@ class JobBook:
         if seen is None:
             return None, frozenset()
         return seen.first_seen_ns, frozenset(seen.hosts)
+
+    def hosts_of(self, job: str, ranks: list[int]) -> list[str]:
+        """The hosts ``ranks`` of ``job`` run on, as their batches named them (sorted)."""
+        seen = self._seen.get(job)
+        known = seen.rank_hosts if seen is not None else {}
+        return sorted({known[r] for r in ranks if r in known})
 
     def forget(self, job: str) -> None:
         self._seen.pop(job, None)

@@ -104,8 +104,6 @@ class Pipeline:
         self._closed: list[AssembledStep] = []
         """Closed steps not yet analysed, in the order they closed (:attr:`defer_ops`)."""
         self._closed_ops = 0
-        self._hosts: dict[str, dict[int, str]] = {}
-        """job -> rank -> the host its batches name (an alert names the blamed ranks')."""
 
     def on_message(self, data: bytes, source: Source, now_ns: int) -> Output:
         """One op-batch message (a batch, or a bundle of them); bad input becomes a
@@ -182,7 +180,6 @@ class Pipeline:
         for batch in batches:
             self.identity.accept(batch)
             self.jobs.observe(batch)
-            self._hosts.setdefault(batch.job, {})[batch.rank] = batch.host
             self._keep_rank_steps(batch, added.late)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((job, step) for step in added.pending)
@@ -207,7 +204,6 @@ class Pipeline:
         if added.fresh:
             self.identity.accept(batch)
             self.jobs.observe(batch)
-            self._hosts.setdefault(batch.job, {})[batch.rank] = batch.host
             self._keep_rank_steps(batch, added.late)
         out = self._rows_for(added.closed, now_ns)
         out.pending = tuple((batch.job, step) for step in added.pending)
@@ -358,7 +354,6 @@ class Pipeline:
         self.assembler.forget(job)
         self.jobs.forget(job)
         self.identity.forget(job)
-        self._hosts.pop(job, None)
         self._stored_batches.pop(job, None)
         self._open_batches.pop(job, None)
         for key in [k for k in self._rank_steps if k[0] == job]:
@@ -430,8 +425,7 @@ class Pipeline:
 
         def locate(dimension: str, group: str) -> tuple[list[int], list[str]]:
             ranks = ranks_of(dimension, group, self.identity.coordinates(job))
-            hosts = self._hosts.get(job, {})
-            return ranks, sorted({hosts[r] for r in ranks if r in hosts})
+            return ranks, self.jobs.hosts_of(job, ranks)
 
         alert = self.alerts.observe(
             job, step.step, step.start_ns, analysis.slowdown, analysis.attributions, locate
