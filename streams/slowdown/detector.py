@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankwatch.streams.slowdown.diagnosis import CAUSES
 from rankwatch.streams.slowdown.signals import Signals
 
 KINDS = (
@@ -50,6 +51,8 @@ KINDS = (
     "dataloader-bound",
     "throughput-drop",
 )
+RATES = frozenset(("flops-drop", "bandwidth-drop", "throughput-drop", "issue-stall"))
+"""Kinds whose signal is a rate: its noise is a factor, so its band is taken on logs."""
 JOB_RANK = -1
 """The pseudo-rank of job-level signals (throughput)."""
 
@@ -63,6 +66,12 @@ class DetectorConfig:
     """An episode opens once ``open_after`` of the last ``open_within`` steps were
     anomalous (5 of 5: five in a row)."""
     close_after: int = 3
+    noise_k: float = 2.0
+    """A value is anomalous only when, besides its rule, it lies more than this many
+    robust standard deviations (1.4826 x MAD; of logs for rates) of the rank's own
+    baseline values away from their median: a rule's fixed ratio is set for a quiet
+    GPU, and on a shared, noisy host the job's own noise band is the wider one. Two
+    deviations, set by reasoning, not tuned (docs/detection.md, section 3)."""
     flops_drop: float = 0.55
     bandwidth_drop: float = 0.1
     throughput_drop: float = 0.6
@@ -178,6 +187,17 @@ class SlowdownDetector:
     def forget(self, job: str) -> None:
         self._jobs.pop(job, None)
 
+    def open_kinds(self, job: str, ranks: Sequence[int]) -> frozenset[str] | None:
+        """The kinds with an episode open now on any of ``ranks`` of ``job`` (None: the
+        job has sent no signals, so none can say)."""
+        held = self._jobs.get(job)
+        if held is None or not held.tracks:
+            return None
+        wanted = set(ranks)
+        return frozenset(
+            kind for (kind, rank), t in held.tracks.items() if t.open and rank in wanted
+        )
+
     def state(self, job: str) -> dict[str, Any] | None:
         """The job's baselines, episodes and firing alerts as plain values (None: the
         job has no signals yet), for another worker to go on from (:meth:`load`)."""
@@ -268,7 +288,8 @@ class SlowdownDetector:
             if self._advance(job, f):
                 open_now.setdefault(f.rank, []).append(f.kind)
         last = max(signals, key=lambda s: s.start_ns)
-        alerts = self._alerts(job, signals[0].job, last.step, last.start_ns, open_now, findings)
+        explained = _explained(open_now, {s.rank: (s.dp_rank, s.pp_rank) for s in signals})
+        alerts = self._alerts(job, signals[0].job, last.step, last.start_ns, explained, findings)
         return open_now, alerts
 
     # -- findings ----------------------------------------------------------------------
@@ -327,7 +348,20 @@ class SlowdownDetector:
             track.history.append(value)
             return None
         base = statistics.median(track.history)
-        return Finding(kind, rank, value, base, bad(value, base))
+        anomalous = bad(value, base) and self._outside_noise(kind, value, track.history)
+        return Finding(kind, rank, value, base, anomalous)
+
+    def _outside_noise(self, kind: str, value: float, history: deque[float]) -> bool:
+        """Whether ``value`` lies outside the noise band of the rank's baseline values:
+        rates (FLOP/s, bandwidth, throughput, latency) on a log scale, where their
+        noise is a factor; shares of the step on their own scale."""
+        k = self.config.noise_k
+        if kind not in RATES:
+            return abs(value - statistics.median(history)) > k * _spread(history)
+        logs = [math.log(v) for v in history if v > 0]
+        if not logs or not value > 0:
+            return True
+        return abs(math.log(value) - statistics.median(logs)) > k * _spread(logs)
 
     # -- episodes ----------------------------------------------------------------------
 
@@ -391,6 +425,40 @@ class SlowdownDetector:
         return out
 
 
+ORDER = [kind for kind, _ in CAUSES]
+"""Kinds that are causes, each before the kinds it can produce as symptoms."""
+
+
+def _explained(
+    open_now: Mapping[int, list[str]], coords: Mapping[int, tuple[int, int]]
+) -> dict[int, list[str]]:
+    """The episodes an alert stands for: ``open_now`` less each kind open on a rank
+    whose own or whose neighbours' open episodes include a kind that can cause it (a GC
+    pause lowers its rank's FLOP/s; a slow link, the compute of both ranks it joins, on
+    a host where gloo's transfers share the cores), and less the job's throughput while
+    any rank's episode says why it dropped: one fault, one alert, naming its cause.
+    Neighbours: the ranks of the same stage (the DP collectives) and the adjacent stages
+    of the same DP rank (the pipeline's sends)."""
+    out: dict[int, list[str]] = {}
+    for rank, kinds in open_now.items():
+        near = set(kinds)
+        for other, (d, p) in coords.items():
+            here = coords.get(rank)
+            if here is not None and (p == here[1] or (d == here[0] and abs(p - here[1]) == 1)):
+                near |= set(open_now.get(other, ()))
+        kept = [k for k in kinds if not _caused(k, near)]
+        if kept:
+            out[rank] = kept
+    if any(k != "throughput-drop" for r, kinds in out.items() if r != JOB_RANK for k in kinds):
+        out.pop(JOB_RANK, None)
+    return out
+
+
+def _caused(kind: str, near: set[str]) -> bool:
+    """Whether an open episode of a kind before ``kind`` in :data:`ORDER` explains it."""
+    return kind in ORDER and bool(near & set(ORDER[: ORDER.index(kind)]))
+
+
 def _held(message: Mapping[str, Any]) -> SlowdownAlert:
     """A stored firing alert back as the one the detector holds."""
     e = dict(message["evidence"])
@@ -408,6 +476,13 @@ def _held(message: Mapping[str, Any]) -> SlowdownAlert:
 def _number(value: float | None) -> float:
     """A value read back from JSON, where NaN travels as null."""
     return math.nan if value is None else float(value)
+
+
+def _spread(values: Sequence[float] | deque[float]) -> float:
+    """A robust standard deviation of ``values``: 1.4826 x their median absolute
+    deviation (a few outliers in the baseline do not widen it)."""
+    center = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - center) for v in values)
 
 
 def _below(ratio: float) -> Callable[[float, float], bool]:

@@ -180,3 +180,50 @@ def test_an_issue_stall_taken_over_from_a_worker_that_judged_it_resolves() -> No
     alerts = run(after, _issue_stalls(17)[16:])
     assert [(a.kind, a.state) for a in alerts] == [("issue-stall", "resolved")]
     assert all(t["kind"] != "issue-stall" for t in after.state("j")["tracks"])  # type: ignore[index]
+
+
+def _noisy(n: int, rank: int, factor: float = 1.0) -> dict[str, Any]:
+    """A rank's FLOP/s on a shared host: a factor of noise around 1e10 (from 0.6 to 1.6,
+    a fixed pattern so the test is exact), times ``factor``."""
+    pattern = (1.0, 0.6, 1.4, 0.8, 1.6, 0.7, 1.2, 0.9, 1.5, 1.1)
+    return {"flops_per_s": 1e10 * pattern[(n + rank) % len(pattern)] * factor}
+
+
+def test_a_dip_inside_the_ranks_own_noise_band_is_not_an_anomaly() -> None:
+    """Under half the usual FLOP/s for six steps is under the 0.55 ratio, but within two
+    robust deviations of this noisy rank's history (its lower edge is at 0.46e10): a
+    quiet-GPU ratio is not a shared host's noise band. A drop to a fifth is outside it."""
+    base = [step(n, r2=_noisy(n, 2)) for n in range(30)]
+    dip = [step(n, r2={"flops_per_s": 0.5e10}) for n in range(30, 36)]
+    after = [step(n, r2=_noisy(n, 2)) for n in range(36, 50)]
+    assert run(SlowdownDetector(), base + dip + after) == []
+    drop = [step(n, r2=_noisy(n, 2, 0.2)) for n in range(30, 40)]
+    assert [(a.kind, a.state, a.ranks) for a in run(SlowdownDetector(), base + drop)] == [
+        ("flops-drop", "firing", (2,))
+    ]
+
+
+def test_a_symptom_is_not_alerted_beside_its_cause() -> None:
+    """GC pauses on rank 2 lower its FLOP/s; a slow link of rank 3 lowers the compute of
+    rank 1, its pipeline neighbour; either way the job's throughput drops: one alert, for
+    the cause, while the rows still carry every open episode."""
+    faults = {
+        "gc-pauses": {"r2": {"gc_s": 0.03, "flops_per_s": 2e10}},
+        "bandwidth-drop": {"r3": {"busbw": 1e7}, "r1": {"flops_per_s": 2e10}},
+    }
+    for cause, ranks in faults.items():
+        fault = {f"r{r}": {"throughput": 100.0, **ranks.get(f"r{r}", {})} for r in range(4)}
+        steps = [step(n) for n in range(10)] + [step(n, **fault) for n in range(10, 20)]
+        detector = SlowdownDetector()
+        assert [a.kind for a in run(detector, steps)] == [cause]
+        open_now, _ = detector.observe(step(20, **fault))
+        flagged = {k for kinds in open_now.values() for k in kinds}
+        assert {"flops-drop", "throughput-drop"} <= flagged  # diagnose reads the rows
+
+
+def test_the_jobs_throughput_alerts_when_no_rank_says_why() -> None:
+    steps = [step(n) for n in range(10)]
+    steps += [step(n, **{f"r{r}": {"throughput": 100.0} for r in range(4)}) for n in range(10, 20)]
+    assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [
+        ("throughput-drop", (-1,))
+    ]
