@@ -9,9 +9,9 @@ straggler worth waking someone for (docs/detection.md, "4. Straggler alerts"):
   worker, one stage or one DP rank (:mod:`~rankwatch.streams.ops.blame`; a step blamed
   on a worker counts for its stage and its DP rank too, so that a slow stage whose DP
   copies take turns at being the slower one is the stage's). The smallest such group
-  is blamed: a stage or DP rank most of whose steps one of its workers explains is that
-  worker. On a healthy job the lead moves with the noise of the machine; it stays
-  with a straggler;
+  is blamed, settled between a worker and its stage (DP rank) by the share of the
+  excess its peers there carry (``peer_share``). On a healthy job the lead moves with
+  the noise of the machine; it stays with a straggler;
 - **and it stands out of the job's noise**: over the window, the median of how far the
   group's ``S_g`` is above the largest of its peers' (the other groups of its
   dimension, in the same step) is at least ``margin``. The peers carry the machine's
@@ -21,10 +21,13 @@ straggler worth waking someone for (docs/detection.md, "4. Straggler alerts"):
 
 An episode resolves when either stops holding with a margin (hysteresis): the group
 explains less than ``clear_share`` of the window, or its lead over its peers falls
-under half the margin. Its ``alert_id`` names the job and the step that started it, so
-the firing and the resolved message share it, and a re-analysis after a restart
+under half the margin; one whose blame moves to a group holding or held by its own
+stays open, re-announced. Its ``alert_id`` names the job and the step that started it,
+so the firing and the resolved message share it, and a re-analysis after a restart
 produces the same id. The cause is where the blamed steps' slowdown sits: compute op
-types, or communication (network).
+types, or communication (network), which must be borne out by a bandwidth drop on the
+group's ranks; a GC, data-loader or hidden-CPU episode open on them names the cause
+instead.
 
 On main the alert fired on the mean S of as few as 2 steps over a fixed 1.10, and
 blamed the group with the largest S_g, which is always a stage or a DP rank: healthy
@@ -37,11 +40,12 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rankwatch.schemas.optypes import COMPUTING
 from rankwatch.streams.ops.blame import SPREAD, StepBlame, step_blame
+from rankwatch.streams.slowdown.diagnosis import host_cause
 
 DIMENSIONS = ("worker", "stage", "dp_rank")
 """Dimensions an alert may blame, most specific first (op types are not to blame)."""
@@ -51,6 +55,9 @@ NAMED = 8
 
 Locate = Callable[[str, str], tuple[list[int], list[str]]]
 """(dimension, group) -> (global ranks, hosts) of a blamed group."""
+Explain = Callable[[list[int]], frozenset[str] | None]
+"""Global ranks -> the slowdown-signal kinds open on them now (None: the job sends no
+signals)."""
 Top = tuple[tuple[str, float], ...]
 """A dimension's two largest (group, S_g) of a step, largest first."""
 
@@ -72,9 +79,13 @@ class AlertConfig:
     """Share of the window's steps one group must explain to be blamed."""
     clear_share: float = 0.4
     """Share under which a blamed group no longer holds an episode open."""
-    descend_share: float = 0.7
-    """A stage or DP rank is blamed on one of its workers when that worker explains this
-    share of the steps counted for it (a slow worker's first steps lift its stage first)."""
+    peer_share: float = 0.5
+    """A worker's stage (DP rank) is blamed rather than the worker when, in the window's
+    steps blamed on that group, the slowest worker's strongest peer in it carries at
+    least this share of the excess slowdown (weighted by each step's excess): a slow
+    stage slows all its DP copies, one slow worker none of them. Half: on the tuning
+    runs every value from 0.45 to 0.5 named every slow stage and slow worker right
+    (0.4 and 0.55 did not; docs/detection.md, section 4)."""
     critical_at: float = 1.5
     """Median S from which a firing alert is critical rather than a warning."""
 
@@ -123,6 +134,23 @@ class StepMark:
     tops: Mapping[str, Top] = field(default_factory=dict)
     """Per blame dimension, its two largest S_g (what a group's lead over its peers is
     read from)."""
+    peers: Mapping[str, tuple[str, float]] = field(default_factory=dict)
+    """For "stage" and "dp_rank": the step's slowest worker's strongest peer in that
+    group, and its S_w (whether the group is slow, or that worker alone)."""
+
+    @property
+    def top_worker(self) -> str:
+        top = self.tops.get("worker", ())
+        return top[0][0] if top else ""
+
+    def peer_share(self, dimension: str) -> float:
+        """The share of the step's excess slowdown the slowest worker's strongest peer
+        in ``dimension`` carries alone (0: it has none, or the step is not slow)."""
+        peer = self.peers.get(dimension)
+        excess = self.slowdown - 1.0
+        if peer is None or not excess > 0:
+            return 0.0
+        return max(0.0, (peer[1] - 1.0) / excess)
 
     def lead(self, key: tuple[str, str]) -> float:
         """How far group ``key``'s S_g stands above the largest of its peers' in this
@@ -175,6 +203,18 @@ class _Verdict:
         return (self.dimension, self.group)
 
 
+@dataclass(frozen=True)
+class _At:
+    """The step being observed, and how to name a blamed group's ranks and cause."""
+
+    job: str
+    step: int
+    start_ns: int
+    slowdown: float
+    locate: Locate | None
+    explain: Explain | None
+
+
 @dataclass
 class StragglerAlerts:
     config: AlertConfig = field(default_factory=AlertConfig)
@@ -207,10 +247,13 @@ class StragglerAlerts:
         slowdown: float,
         attributions: Iterable[tuple[str, str, float]],
         locate: Locate | None = None,
+        explain: Explain | None = None,
     ) -> Alert | None:
         """Take one analysed step and its (dimension, group, S_g) attributions; return
         the alert it fires or resolves, if any. ``locate`` names a blamed group's ranks
-        and hosts."""
+        and hosts; ``explain`` the slowdown signals open on them (their cause: a GC
+        pause inside a forward is timed as the forward's, and the what-if alone would
+        call it compute; and whether their links slowed, for a network cause)."""
         state = self._jobs.setdefault(job, _JobAlerts())
         state.marks[step] = mark_of(slowdown, list(attributions))
         self._trim(state)
@@ -218,16 +261,17 @@ class StragglerAlerts:
         if len(window) < self.config.window:
             return None
         marks = [state.marks[s] for s in window]
+        at = _At(job, step, start_ns, slowdown, locate, explain)
         if state.episode is None:
             verdict = self._read(marks)
-            if not self._fires(verdict):
+            if not self._fires(verdict) or not _corroborated(at, verdict):
                 return None
-            state.episode, state.group = f"straggler:{job}:{step}", verdict.key
-            severity = "critical" if verdict.median >= self.config.critical_at else "warning"
-            evidence = self._evidence(step, slowdown, verdict, locate)
-            summary = _summary(job, verdict, evidence)
-            state.last = Alert(state.episode, job, "firing", severity, start_ns, summary, evidence)
-            return state.last
+            state.episode = f"straggler:{job}:{step}"
+            return self._fire(state, at, verdict)
+        return self._go_on(state, at, marks)
+
+    def _go_on(self, state: _JobAlerts, at: _At, marks: list[StepMark]) -> Alert | None:
+        """An open episode after one more step: held, moved or resolved."""
         if state.group is None:  # an episode of an earlier rule: held while this one fires
             held = self._read(marks)
             if self._fires(held):
@@ -237,10 +281,33 @@ class StragglerAlerts:
             held = _verdict(marks, state.group)
             if not self._clears(held):
                 return None
-        evidence = self._evidence(step, slowdown, held, locate)
+            moved = self._read(marks)
+            if self._fires(moved) and _related(moved.key, state.group) and _corroborated(at, moved):
+                return self._fire(state, at, moved)
+        assert state.episode is not None
+        evidence = self._evidence(at, held)
         alert_id, state.episode, state.group = state.episode, None, None
-        summary = f"job {job} back to {held.median:.2f}x its straggler-free time"
-        state.last = Alert(alert_id, job, "resolved", "info", start_ns, summary, evidence)
+        summary = f"job {at.job} back to {held.median:.2f}x its straggler-free time"
+        state.last = Alert(alert_id, at.job, "resolved", "info", at.start_ns, summary, evidence)
+        return state.last
+
+    def _fire(self, state: _JobAlerts, at: _At, verdict: _Verdict) -> Alert:
+        """The firing message of the open episode, blaming ``verdict``'s group: at its
+        start, and again (same id) when the episode moves to a group that holds or is
+        held by the one it blamed (a slow stage first led by one of its workers): one
+        fault, one episode."""
+        assert state.episode is not None
+        state.group = verdict.key
+        evidence = self._evidence(at, verdict)
+        shown = host_cause(_open_on(at, verdict) or frozenset())
+        if shown:
+            verdict = replace(verdict, cause=shown)
+            evidence["cause"] = shown
+        severity = "critical" if verdict.median >= self.config.critical_at else "warning"
+        summary = _summary(at.job, verdict, evidence)
+        state.last = Alert(
+            state.episode, at.job, "firing", severity, at.start_ns, summary, evidence
+        )
         return state.last
 
     # -- the rule ----------------------------------------------------------------------
@@ -250,8 +317,8 @@ class StragglerAlerts:
         cfg = self.config
         counts = _containing([m.blame for m in marks])
         key = _smallest_chronic(counts, cfg.chronic_share * len(marks))
-        if key[0] in ("stage", "dp_rank"):
-            key = _descend(counts, key, cfg.descend_share)
+        if key[0] != SPREAD:
+            key = _settle(marks, key, cfg.peer_share)
         return _verdict(marks, key)
 
     def _fires(self, v: _Verdict) -> bool:
@@ -266,13 +333,11 @@ class StragglerAlerts:
             or held.median < cfg.clear_below
         )
 
-    def _evidence(
-        self, step: int, slowdown: float, v: _Verdict, locate: Locate | None
-    ) -> dict[str, Any]:
-        ranks, hosts = locate(v.dimension, v.group) if locate is not None else ([], [])
+    def _evidence(self, at: _At, v: _Verdict) -> dict[str, Any]:
+        ranks, hosts = at.locate(v.dimension, v.group) if at.locate is not None else ([], [])
         return {
-            "step": step,
-            "step_slowdown": slowdown,
+            "step": at.step,
+            "step_slowdown": at.slowdown,
             "rolling_slowdown": v.median,
             "window_steps": v.steps,
             "lead_over_peers": v.lead,
@@ -311,7 +376,26 @@ def mark_of(slowdown: float, attributions: list[tuple[str, str, float]]) -> Step
         mine = sorted(((v, g) for d, g, v in attributions if d == dimension), reverse=True)
         if mine:
             tops[dimension] = tuple((g, v) for v, g in mine[:2])
-    return StepMark(slowdown, blame, cause, tops)
+    return StepMark(slowdown, blame, cause, tops, _peers(tops, attributions))
+
+
+def _peers(
+    tops: Mapping[str, Top], attributions: list[tuple[str, str, float]]
+) -> dict[str, tuple[str, float]]:
+    """The slowest worker's strongest peer in its stage and in its DP rank."""
+    if not tops.get("worker"):
+        return {}
+    d, p = tops["worker"][0][0].split(",")
+    out: dict[str, tuple[str, float]] = {}
+    for dimension, at, home in (("stage", 1, p), ("dp_rank", 0, d)):
+        mine = [
+            (v, g) for dim, g, v in attributions
+            if dim == "worker" and g.split(",")[at] == home and g != f"{d},{p}"
+        ]  # fmt: skip
+        if mine:
+            v, g = max(mine)
+            out[dimension] = (g, v)
+    return out
 
 
 def _verdict(marks: list[StepMark], key: tuple[str, str]) -> _Verdict:
@@ -323,6 +407,40 @@ def _verdict(marks: list[StepMark], key: tuple[str, str]) -> _Verdict:
     causes = Counter(m.cause for m in mine if m.cause)
     cause = causes.most_common(1)[0][0] if causes else ""
     return _Verdict(key[0], key[1], len(mine), len(marks), lead, median, cause)
+
+
+def _open_on(at: _At, v: _Verdict) -> frozenset[str] | None:
+    """The slowdown-signal kinds open on the ranks of ``v``'s group (None: unknown)."""
+    if at.explain is None or at.locate is None:
+        return None
+    return at.explain(at.locate(v.dimension, v.group)[0])
+
+
+def _corroborated(at: _At, v: _Verdict) -> bool:
+    """Whether the group's own signals bear a network cause out: the what-if puts its
+    excess in communication, and its links' bandwidth dropped. Without that it is
+    waiting, not transfer (a core shared with another process slows gloo's collectives
+    on the ranks on it: 1 of 3 busy tuning runs blamed DP rank 0, "network", before any
+    fault). A job that sends no signals is taken at the what-if's word."""
+    if v.cause != "network":
+        return True
+    kinds = _open_on(at, v)
+    return kinds is None or "bandwidth-drop" in kinds
+
+
+def _carried(marks: list[StepMark], dimension: str) -> float:
+    """The share of these steps' excess slowdown that their slowest workers' peers in
+    ``dimension`` carry, weighted by each step's excess: the steps a fault slowed count
+    for more than the noise of the steps before it."""
+    excess = sum(max(0.0, m.slowdown - 1.0) for m in marks)
+    if not excess > 0:
+        return 0.0
+    return sum(m.peer_share(dimension) * max(0.0, m.slowdown - 1.0) for m in marks) / excess
+
+
+def _related(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether one group holds the other (a worker and its stage or DP rank)."""
+    return a != b and (_inside(StepBlame(*a), b) or _inside(StepBlame(*b), a))
 
 
 def _inside(blame: StepBlame, key: tuple[str, str]) -> bool:
@@ -360,21 +478,25 @@ def _smallest_chronic(counts: Mapping[tuple[str, str], int], needed: float) -> t
     return SPREAD, ""
 
 
-def _descend(
-    counts: Mapping[tuple[str, str], int], key: tuple[str, str], share: float
-) -> tuple[str, str]:
-    """A stage or DP rank whose counted steps one of its workers explains in ``share``
-    of them is that worker's."""
-    total = counts[key]
-    members = [
-        (n, g)
-        for (d, g), n in counts.items()
-        if d == "worker" and _inside(StepBlame("worker", g), key)
-    ]
-    if members:
-        n, group = max(members)
-        if n >= share * total:
-            return ("worker", group)
+def _settle(marks: list[StepMark], key: tuple[str, str], share: float) -> tuple[str, str]:
+    """A chronic worker, stage or DP rank settled on the group that is slow: the stage
+    (DP rank) when, in the steps blamed on it or a worker of it, the slowest worker's
+    peer in it carries ``share`` of the excess too (a slow stage's DP copies take turns
+    at being the slower one), else the one worker that leads those steps."""
+    dimensions = ("stage", "dp_rank") if key[0] == "worker" else (key[0],)
+    for dimension in dimensions:
+        at = 1 if dimension == "stage" else 0
+        home = key[1].split(",")[at] if key[0] == "worker" else key[1]
+        led = [
+            m for m in marks
+            if _inside(m.blame, (dimension, home)) and m.top_worker.split(",")[at] == home
+        ]  # fmt: skip
+        if not led:
+            continue
+        if _carried(led, dimension) >= share:
+            return (dimension, home)
+        if key[0] != "worker":
+            return ("worker", Counter(m.top_worker for m in led).most_common(1)[0][0])
     return key
 
 

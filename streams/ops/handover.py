@@ -30,7 +30,7 @@ def state_message(job: str, history: JobHistory) -> dict[str, Any]:
     """The ``jobstate`` message of ``job`` (see jobstate.v1.schema.json). The straggler
     alerts' step marks travel in v1's fields: each step's S in ``slowdowns``; its blame,
     its cause and each dimension's two largest S_g as ``leaders`` rows (dimensions
-    ``blame:<dimension>``, ``cause`` and ``top:<dimension>``)."""
+    ``blame:<dimension>``, ``cause``, ``top:<dimension>`` and ``peer:<dimension>``)."""
     alert = history.last_alert
     return {
         "schema": "jobstate",
@@ -87,6 +87,7 @@ def history_from(message: dict[str, Any]) -> JobHistory:
 BLAME = "blame:"
 CAUSE = "cause"
 TOP = "top:"
+PEER = "peer:"
 
 
 def _mark_rows(step: int, mark: StepMark) -> list[dict[str, Any]]:
@@ -101,6 +102,9 @@ def _mark_rows(step: int, mark: StepMark) -> list[dict[str, Any]]:
             {"step": step, "dimension": f"{TOP}{dimension}", "group": g, "slowdown": _float(v)}
             for g, v in top
         ]
+    for dimension, (g, v) in sorted(mark.peers.items()):
+        rows.append({"step": step, "dimension": f"{PEER}{dimension}", "group": g,
+                     "slowdown": _float(v)})  # fmt: skip
     return rows
 
 
@@ -112,6 +116,7 @@ def _marks(slowdowns: list[list[Any]], leaders: list[dict[str, Any]]) -> dict[in
     blames: dict[int, StepBlame] = {}
     causes: dict[int, str] = {}
     tops: dict[int, dict[str, list[tuple[str, float]]]] = {}
+    peers: dict[int, dict[str, tuple[str, float]]] = {}
     for row in leaders:
         step, dimension = int(row["step"]), str(row["dimension"])
         group = str(row["group"])
@@ -122,13 +127,18 @@ def _marks(slowdowns: list[list[Any]], leaders: list[dict[str, Any]]) -> dict[in
         elif dimension.startswith(TOP):
             name = _group(dimension[len(TOP) :], group)
             tops.setdefault(step, {}).setdefault(name, []).append((group, _number(row["slowdown"])))
+        elif dimension.startswith(PEER):
+            name = dimension[len(PEER) :]
+            if name not in ("stage", "dp_rank"):
+                raise ValueError(f"bad alert mark {dimension!r} {group!r}")
+            _group("worker", group)
+            peers.setdefault(step, {})[name] = (group, _number(row["slowdown"]))
     out: dict[int, StepMark] = {}
     for step, value in slowdowns:
         n = int(step)
         top = {d: tuple(gv[:2]) for d, gv in tops.get(n, {}).items()}
-        out[n] = StepMark(
-            _number(value), blames.get(n, StepBlame(SPREAD, "")), causes.get(n, ""), top
-        )
+        blame = blames.get(n, StepBlame(SPREAD, ""))
+        out[n] = StepMark(_number(value), blame, causes.get(n, ""), top, peers.get(n, {}))
     return out
 
 

@@ -427,9 +427,13 @@ class Pipeline:
             ranks = ranks_of(dimension, group, self.identity.coordinates(job))
             return ranks, self.jobs.hosts_of(job, ranks)
 
+        def explain(ranks: list[int]) -> frozenset[str] | None:
+            return None if self.slowdown is None else self.slowdown.open_kinds(job, ranks)
+
         alert = self.alerts.observe(
-            job, step.step, step.start_ns, analysis.slowdown, analysis.attributions, locate
-        )
+            job, step.step, step.start_ns, analysis.slowdown, analysis.attributions, locate,
+            explain,
+        )  # fmt: skip
         if alert is not None:
             out.add("alerts", alert_row(alert.message()))
             out.messages.append(("alerts", alert.job, alert.message()))

@@ -1,7 +1,11 @@
 """What kind of slowdown a job has, in one screen (pure; ``rankwatch diagnose JOB``).
 
 Input: the job's ``rank_signals`` rows (each with the kinds whose episode was open on
-that rank at that step) and, when the what-if ran, its recent slowdown. The cause is the
+that rank at that step), when the what-if ran its recent slowdown, and its latest
+straggler alert. A straggler alert is the verdict when there is one: its rule compared
+the group with its peers, over the job's noise, for a window of steps, and named the
+worker (ranks, hosts) to cordon; on main a count of open rank-steps said "straggler
+network (bandwidth-drop on ranks 2,3)" for rank 3's compute. Otherwise the cause is the
 first kind of :data:`CAUSES` that had an episode open: an earlier kind can produce the
 later ones as symptoms (a long GC pause on a shared host slows its neighbours' compute;
 a busy step leaves collectives waiting), never the other way round. Counting rank-steps
@@ -28,6 +32,9 @@ CAUSES: tuple[tuple[str, str], ...] = (  # causes before their symptoms
     ("flops-drop", "compute"),
 )
 """(alert kind, cause), in the order a diagnosis tries them."""
+HOST_SIDE = frozenset(("dataloader-bound", "gc-pauses", "issue-stall", "void-high"))
+"""Kinds whose time the what-if counts as the op they land in (a GC pause inside a
+forward is forward time): the real cause of a straggler they are open on."""
 STRAGGLER_AT = 1.10
 """What-if slowdown from which stragglers are named when no signal is open."""
 
@@ -42,6 +49,11 @@ _FIGURES: dict[str, tuple[str, str, float]] = {
 _UNITS = {1e3: "ms", 1.0: "us", 1e-6: "MB/s", 1e-9: "GFLOP/s"}
 
 
+def host_cause(kinds: set[str] | frozenset[str]) -> str:
+    """The cause named by the first host-side kind of ``kinds`` ("": none is)."""
+    return next((cause for k, cause in CAUSES if k in HOST_SIDE and k in kinds), "")
+
+
 @dataclass(frozen=True)
 class WhatIf:
     """The what-if engine's recent view of the job (from the ``steps`` table)."""
@@ -50,6 +62,24 @@ class WhatIf:
     steps: int
     top: str = ""
     """Its most frequent top attribution, e.g. ``worker 1,0``."""
+
+
+@dataclass(frozen=True)
+class StragglerAlert:
+    """The job's latest straggler alert (the alerts table): the group it blames, where
+    and why. Its rule already weighed peers, noise and persistence, so it outranks a
+    count of the rank-steps whose episodes were open."""
+
+    dimension: str
+    group: str
+    cause: str
+    ranks: list[int]
+    hosts: list[str]
+    firing: bool
+
+
+NAMES = {"worker": "worker", "stage": "stage", "dp_rank": "DP rank"}
+_KIND_OF = {"compute": "flops-drop", "network": "bandwidth-drop"} | {c: k for k, c in CAUSES}
 
 
 @dataclass
@@ -66,7 +96,10 @@ class Diagnosis:
 
 
 def diagnose(
-    job: str, rows: Sequence[Mapping[str, Any]], whatif: WhatIf | None = None
+    job: str,
+    rows: Sequence[Mapping[str, Any]],
+    whatif: WhatIf | None = None,
+    straggler: StragglerAlert | None = None,
 ) -> Diagnosis:
     ranks_all = sorted({int(r["rank"]) for r in rows})
     counts: dict[str, dict[int, int]] = {}
@@ -76,6 +109,8 @@ def diagnose(
             per[int(row["rank"])] = per.get(int(row["rank"]), 0) + 1
     first = next(((k, cause) for k, cause in CAUSES if k in counts), None)
     head = _head(job, rows, ranks_all, whatif)
+    if straggler is not None:
+        return _of_straggler(job, rows, head, counts, straggler)
     if first is not None:
         kind, cause = first
         ranks = sorted(counts[kind])
@@ -90,6 +125,28 @@ def diagnose(
     slower = "throughput-drop" in {k for r in rows for k in r.get("anomalies", ())}
     d = Diagnosis(job, "slower, cause unseen" if slower else "healthy", "none")
     d.lines = [*head, f"cause: {d.cause} (no slowdown signal open)"]
+    return d
+
+
+def _of_straggler(
+    job: str,
+    rows: Sequence[Mapping[str, Any]],
+    head: list[str],
+    counts: Mapping[str, Mapping[int, int]],
+    alert: StragglerAlert,
+) -> Diagnosis:
+    cause = f"straggler {alert.cause}" if alert.cause in ("compute", "network") else alert.cause
+    d = Diagnosis(job, cause or "straggler", "straggler", sorted(alert.ranks))
+    plural = "ranks" if len(d.ranks) > 1 else "rank"
+    where = f"{plural} {','.join(map(str, d.ranks))}" if d.ranks else "its ranks unknown"
+    if alert.hosts:
+        where += f" on {', '.join(alert.hosts)}"
+    state = "firing" if alert.firing else "resolved"
+    verdict = f"cause: {d.cause} ({NAMES.get(alert.dimension, alert.dimension)} {alert.group}"
+    verdict += f", {where}; straggler alert {state})"
+    kind = _KIND_OF.get(alert.cause, "")
+    figures = _figures(rows, kind, d.ranks) if kind in counts else []
+    d.lines = [*head, verdict, *figures, *_others(counts, "")]
     return d
 
 
@@ -110,6 +167,11 @@ def _head(
 ) -> list[str]:
     steps = sorted({int(r["step"]) for r in rows})
     lines = [f"job {job}: {len(steps)} steps, {len(ranks)} ranks with slowdown signals"]
+    if not rows:
+        lines = [
+            f"job {job}: no slowdown signals stored (its ops carry no step summaries: hooks"
+            " before ops v2, or a replayed trace): the verdict rests on the what-if"
+        ]
     slow = [r for r in rows if r["anomalies"]]
     calm = [r for r in rows if not r["anomalies"]]
     if slow and calm:

@@ -129,3 +129,77 @@ def test_an_episode_whose_group_is_unknown_is_held_while_the_rule_fires_then_res
     second.load("j", dataclasses.replace(saved, group=None))
     again = run(second, [{(1, 1): 1.5}] * 3 + [{}] * 8, first=6)
     assert [(a.state, a.alert_id) for a in again] == [("resolved", saved.episode)]
+
+
+def blame_of(alert) -> tuple[str, str]:
+    return (alert.evidence["blame"]["dimension"], alert.evidence["blame"]["group"])
+
+
+def test_a_slow_stage_with_one_copy_always_slower_is_still_the_stage() -> None:
+    """On a shared host one DP copy of a slow stage can lead every step: its peer still
+    carries most of the step's excess (0.3 of 0.5), so the stage is slow, not one worker."""
+    fired = run(StragglerAlerts(CFG), [{(0, 1): 1.5, (1, 1): 1.3}] * 8)
+    assert blame_of(fired[0]) == ("stage", "1")
+
+
+def test_a_slow_worker_whose_stage_peer_is_a_little_slow_is_the_worker() -> None:
+    """A peer that carries a tenth of the excess (a neighbour on the same cores) does
+    not make the worker's stage the blame."""
+    fired = run(StragglerAlerts(CFG), [{(0, 1): 1.5, (1, 1): 1.05}] * 8)
+    assert blame_of(fired[0]) == ("worker", "0,1")
+    assert fired[0].evidence["ranks"] == [0, 1]
+
+
+def test_a_slow_dp_rank_is_the_dp_rank() -> None:
+    fired = run(StragglerAlerts(CFG), [{(1, 0): 1.5, (1, 1): 1.45}] * 8)
+    assert blame_of(fired[0]) == ("dp_rank", "1")
+
+
+def test_a_near_tie_of_workers_in_no_common_group_is_spread_and_silent() -> None:
+    """Two workers of different stages and DP ranks, each slow alike: no one group
+    explains the job's slowdown, and nobody is paged."""
+    assert run(StragglerAlerts(CFG), [{(0, 0): 1.5, (1, 1): 1.48}] * 10) == []
+
+
+def test_an_episode_moves_to_the_stage_it_turns_out_to_be() -> None:
+    """A worker slows, then its stage peer too: one episode (one id), its firing sent
+    again naming the stage, and no resolved message between."""
+    slow = [{(0, 1): 1.5}] * 6 + [{(0, 1): 1.5, (1, 1): 1.45}] * 6
+    fired = run(StragglerAlerts(CFG), slow)
+    assert [(a.state, blame_of(a)) for a in fired] == [
+        ("firing", ("worker", "0,1")),
+        ("firing", ("stage", "1")),
+    ]
+    assert fired[0].alert_id == fired[1].alert_id
+
+
+def observe_with(kinds: frozenset[str] | None, optype: str, steps: int = 8) -> list:
+    alerts = StragglerAlerts(CFG)
+    out = []
+    for i in range(steps):
+        fired = alerts.observe(
+            "j", i, i, 1.6, attributions({(0, 1): 1.6}, optype=optype),
+            lambda d, g: ([2], ["host-b"]), lambda ranks: kinds,
+        )  # fmt: skip
+        if fired is not None:
+            out.append(fired)
+    return out
+
+
+def test_a_network_straggler_fires_only_where_its_links_slowed() -> None:
+    """Communication time that grew while the group's bandwidth did not drop is waiting
+    (a core shared with another process), not a slow link."""
+    assert observe_with(frozenset(), "dp-allreduce") == []
+    assert observe_with(frozenset({"flops-drop"}), "dp-allreduce") == []
+    fired = observe_with(frozenset({"bandwidth-drop"}), "dp-allreduce")
+    assert fired and fired[0].evidence["cause"] == "network"
+    assert observe_with(None, "dp-allreduce")  # a job without signals: the what-if's word
+
+
+def test_a_straggler_whose_ranks_pause_for_gc_is_blamed_on_gc() -> None:
+    """A GC pause inside a forward is forward time to the what-if: the open gc-pauses
+    episode on the blamed rank names the cause."""
+    fired = observe_with(frozenset({"gc-pauses", "flops-drop"}), "forward-compute")
+    assert fired[0].evidence["cause"] == "GC"
+    assert "in GC" in fired[0].summary
+    assert observe_with(frozenset(), "forward-compute")[0].evidence["cause"] == "compute"

@@ -187,7 +187,8 @@ def test_a_kill_between_a_flush_and_its_jobstate_stores_again_identically(
 @pytest.mark.parametrize(
     ("dimension", "group"),
     [("blame:worker", "3"), ("blame:worker", "a,b"), ("blame:stage", "1,0"),
-     ("blame:optype", "gc"), ("blame:spread", "0"), ("top:worker", "x"), ("top:rack", "1")],
+     ("blame:optype", "gc"), ("blame:spread", "0"), ("top:worker", "x"), ("top:rack", "1"),
+     ("peer:stage", "1"), ("peer:rack", "0,1"), ("peer:dp_rank", "")],
 )  # fmt: skip
 def test_a_message_whose_alert_marks_cannot_be_split_is_refused(dimension: str, group: str) -> None:
     """The alerts split a worker's group into its DP and PP rank: a mark another worker
