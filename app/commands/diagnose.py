@@ -15,7 +15,7 @@ from rankwatch.stores import add_store_arguments
 
 if TYPE_CHECKING:
     from rankwatch.streams.kit.store import Store
-    from rankwatch.streams.slowdown.diagnosis import Diagnosis, WhatIf
+    from rankwatch.streams.slowdown.diagnosis import Diagnosis, StragglerAlert, WhatIf
 
 SIGNALS_SQL = (
     "SELECT step, rank, t_step, t_inter, flops_per_s, busbw, gc_s, data_wait_s,"
@@ -25,6 +25,11 @@ SIGNALS_SQL = (
 WHATIF_SQL = (
     "SELECT avg(slowdown) AS s, count() AS n FROM (SELECT slowdown FROM steps FINAL"
     " WHERE job = {job:String} AND slowdown IS NOT NULL ORDER BY step DESC LIMIT 10)"
+)
+STRAGGLER_SQL = (
+    "SELECT argMax(state, time) AS latest, argMaxIf(evidence, time, state = 'firing') AS"
+    " fired FROM alerts FINAL WHERE job = {job:String} AND kind = 'straggler'"
+    " GROUP BY alert_id ORDER BY max(time) DESC LIMIT 1"
 )
 BLAME_SQL = (
     "SELECT group, count() AS led FROM (SELECT step, argMax(group, slowdown) AS group"
@@ -53,7 +58,10 @@ def run(args: argparse.Namespace) -> int:
         require_job(store, args.job)
         found = diagnose_stored(store, args.job)
     if found is None:
-        raise UserError(f"job {args.job!r} has no slowdown signals (its hooks predate ops v2?)")
+        raise UserError(
+            f"job {args.job!r} has no slowdown signals and no analysed step (its hooks"
+            " predate ops v2?)"
+        )
     print(found.text())
     return 0
 
@@ -63,9 +71,32 @@ def diagnose_stored(store: Store, job: str) -> Diagnosis | None:
     from rankwatch.streams.slowdown.diagnosis import diagnose
 
     rows = store.query(SIGNALS_SQL, {"job": job})
-    if not rows:
+    whatif = _whatif(store, job)
+    if not rows and whatif is None:
         return None
-    return diagnose(job, rows, _whatif(store, job))
+    return diagnose(job, rows, whatif, _straggler(store, job))
+
+
+def _straggler(store: Store, job: str) -> StragglerAlert | None:
+    import json
+
+    from rankwatch.streams.slowdown.diagnosis import StragglerAlert
+
+    found = store.query(STRAGGLER_SQL, {"job": job})
+    if not found or not found[0]["fired"]:
+        return None
+    evidence = json.loads(found[0]["fired"])
+    blame = evidence.get("blame") or {}
+    if blame.get("dimension") not in ("worker", "stage", "dp_rank"):
+        return None  # spread, or an alert of the rule before blame groups
+    return StragglerAlert(
+        dimension=str(blame.get("dimension", "")),
+        group=str(blame.get("group", "")),
+        cause=str(evidence.get("cause", "")),
+        ranks=[int(r) for r in evidence.get("ranks") or []],
+        hosts=[str(h) for h in evidence.get("hosts") or []],
+        firing=found[0]["latest"] == "firing",
+    )
 
 
 def _whatif(store: Store, job: str) -> WhatIf | None:

@@ -39,7 +39,8 @@ def test_an_unknown_job_names_the_jobs_there(
 def test_diagnose_a_job_without_signals_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The sample's rank 1 loses FLOP/s; a job whose hooks predate ops v2 has no rows."""
+    """The sample's rank 1 loses FLOP/s; a job whose hooks predate ops v2 has no rows,
+    and is diagnosed from its what-if alone; a job with neither is refused."""
     dsn = f"chdb://{tmp_path / 'chdb'}"
     with Store.connect(dsn) as store:
         store.migrate()
@@ -48,8 +49,13 @@ def test_diagnose_a_job_without_signals_says_so(
     assert "cause: straggler compute (flops-drop on rank 1)" in capsys.readouterr().out
     with Store.connect(dsn) as store:
         store.query("DELETE FROM rank_signals WHERE job = 'known'")
+    assert main(["diagnose", "known", "--clickhouse", dsn]) == 0  # the what-if still speaks
+    assert "job known: no slowdown signals stored" in capsys.readouterr().out
+    with Store.connect(dsn) as store:
+        store.query("DELETE FROM steps WHERE job = 'known'")
     line = error_line(["diagnose", "known", "--clickhouse", dsn], capsys)
-    assert line.endswith("job 'known' has no slowdown signals (its hooks predate ops v2?)")
+    assert line.endswith("job 'known' has no slowdown signals and no analysed step (its hooks"
+                         " predate ops v2?)")  # fmt: skip
 
 
 def test_an_empty_store_says_nothing_is_stored_yet(
