@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from rankwatch.ingest import StoredJob
 
 DEFAULT_DIR = Path("var/demo")
-DEMO_STEPS = 12
+DEMO_STEPS = 24
+"""Analysed steps of the torch demo: more than the straggler alert's 20-step window."""
 
 
 def register(sub: Any) -> None:

@@ -114,20 +114,22 @@ def _check_workers(cfg: GenConfig) -> None:
 def demo_config(seed: int = 0) -> GenConfig:
     """The job ``rankwatch demo`` analyses when no real trace is at hand.
 
-    DP 4 x PP 4, 1F1B over 8 microbatches, 12 steps, 3% noise, small CPU launch gaps,
-    one straggler worker (dp_rank 2, stage 1, compute 1.5x) and a last stage 15% heavier
-    (a partitioning imbalance): two distinct causes for the analyses to find.
+    DP 4 x PP 4, 1F1B over 8 microbatches, 30 steps, 3% noise, small CPU launch gaps,
+    one straggler worker (dp_rank 2, stage 1, compute 1.6x) and a last stage 15% heavier
+    (a partitioning imbalance): two distinct causes for the analyses to find. Thirty
+    steps, so that the straggler alert's 20-step window fills and the alert fires, as it
+    would live; at 1.5x the worker stood 0.145 above its peers, under the alert's 0.15.
     """
     return GenConfig(
         dp=4,
         pp=4,
         microbatches=8,
         schedule="1f1b",
-        steps=12,
+        steps=30,
         first_step=100,
         noise=0.03,
         gc_s=0.0005,
-        stragglers=(Straggler(dp_rank=2, stage=1, factor=1.5),),
+        stragglers=(Straggler(dp_rank=2, stage=1, factor=1.6),),
         stage_factors=(1.0, 1.0, 1.0, 1.15),
         launch_delay_s=0.0001,
         seed=seed,

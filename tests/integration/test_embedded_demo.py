@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rankwatch.cli import main
-from rankwatch.sim.tracegen import GenConfig, generate_trace
+from rankwatch.sim.tracegen import GenConfig, demo_config, generate_trace
 from rankwatch.streams.kit.output import Source
 from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store
@@ -26,7 +26,7 @@ def test_demo_prints_one_row_per_step_and_writes_the_heatmap(
     assert main(["demo", "--dir", str(tmp_path), "--clickhouse", f"chdb://{tmp_path}/chdb"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d+s", line)]
-    assert len(rows) == 12
+    assert len(rows) == demo_config().steps
     assert all(line.rstrip().endswith("complete") for line in rows)
     assert "Slowdown S =" in out
     assert (tmp_path / "heatmap.png").read_bytes().startswith(b"\x89PNG")
