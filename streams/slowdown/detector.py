@@ -439,13 +439,20 @@ def _explained(
     any rank's episode says why it dropped: one fault, one alert, naming its cause.
     Neighbours: the ranks of the same stage (the DP collectives) and the adjacent stages
     of the same DP rank (the pipeline's sends)."""
+    by_stage: dict[int, set[str]] = {}
+    by_worker: dict[tuple[int, int], set[str]] = {}
+    for rank, kinds in open_now.items():
+        if rank in coords:
+            d, p = coords[rank]
+            by_stage.setdefault(p, set()).update(kinds)
+            by_worker.setdefault((d, p), set()).update(kinds)
     out: dict[int, list[str]] = {}
     for rank, kinds in open_now.items():
         near = set(kinds)
-        for other, (d, p) in coords.items():
-            here = coords.get(rank)
-            if here is not None and (p == here[1] or (d == here[0] and abs(p - here[1]) == 1)):
-                near |= set(open_now.get(other, ()))
+        if rank in coords:
+            d, p = coords[rank]
+            near |= by_stage.get(p, set())
+            near |= by_worker.get((d, p - 1), set()) | by_worker.get((d, p + 1), set())
         kept = [k for k in kinds if not _caused(k, near)]
         if kept:
             out[rank] = kept
