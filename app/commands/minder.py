@@ -1,7 +1,8 @@
 """``rankwatch minder train|eval|detect``: Minder's offline training, study and detection.
 
 Training needs torch (the ``torch`` extra); detection with a trained model does not.
-The data format is that of ``../shared/data/asd/``: one ``omi-*.npz`` per server with
+The data format is that of ``../shared/data/asd/``: one ``*.npz`` per server (any
+names; ASD's are ``omi-*``) with
 ``train`` [T, K], ``test`` [T, K] and (for eval) ``test_label`` [T].
 """
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 DESCRIPTION = """\
-train:  train the per-metric LSTM-VAE denoisers on the train split of every omi-*.npz
+train:  train the per-metric LSTM-VAE denoisers on the train split of every *.npz
         in DIR and write the model (numpy arrays, thresholds from the train split,
         metric priority from the test split's labelled windows when there are any).
 eval:   train, then detect on the test split with leave-one-server-out selection of
@@ -108,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action == "worker":
         return _worker(args)
-    if not args.dir.is_dir() or not any(args.dir.glob("omi-*.npz")):
-        raise UserError(f"{args.dir}: no omi-*.npz files there")
+    if not args.dir.is_dir() or not any(args.dir.glob("*.npz")):
+        raise UserError(f"{args.dir}: no *.npz server files there")
     return {"train": _train, "eval": _eval, "detect": _detect}[args.action](args)
 
 

@@ -1,4 +1,4 @@
-"""Reading a labelled server group from disk: one ``omi-*.npz`` per server.
+"""Reading a labelled server group from disk: one ``*.npz`` per server, any names.
 
 The format is that of the ASD dataset (``docs/minder.md``): per server ``train``
 [rows, K] and ``test`` [rows, K] float arrays and ``test_label`` [rows]; optionally
@@ -10,6 +10,7 @@ with a trained model reads groups too.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,29 @@ class GroupFileError(ValueError):
 
 
 def group_files(directory: Path) -> list[Path]:
-    """The ``omi-*.npz`` files of a directory in server order (omi-2 before omi-10)."""
-    files = sorted(directory.glob("omi-*.npz"), key=lambda p: (len(p.name), p.name))
+    """The server files of a directory in server order, numbers in names compared as
+    numbers (omi-2 before omi-10, node9 before node10). Any names: the study's dataset
+    is one of many in this layout, and another's servers are named otherwise. A server
+    file is an ``.npz`` with a ``train`` or ``test`` array; others there (a trained
+    model written beside its data) are not servers."""
+    files = sorted((p for p in directory.glob("*.npz") if _is_server(p)), key=_natural)
     if not files:
-        raise GroupFileError(f"{directory}: no omi-*.npz files there")
+        raise GroupFileError(f"{directory}: no *.npz server files there")
     return files
+
+
+def _is_server(path: Path) -> bool:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return bool({"train", "test"} & set(z.files))
+    except (OSError, ValueError):
+        return True  # a server file that cannot be read is an error, said when read
+
+
+def _natural(path: Path) -> list[tuple[int, int | str]]:
+    return [
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", path.name)
+    ]
 
 
 def read_server(path: Path) -> tuple[Split, Split]:

@@ -1,6 +1,6 @@
 """Servers' recorded splits on one timeline: unequal lengths, gaps, late joiners, leavers.
 
-A labelled group (the ``omi-*.npz`` format, ``docs/minder.md``) gives per server a
+A labelled group (one ``*.npz`` per server, ``docs/minder.md``) gives per server a
 train and a test split, each a series of samples, optionally with timestamps. Servers
 are compared at equal *times*, never at equal row numbers: a server whose train split
 is shorter than the others' did not start earlier, it joined later.

@@ -67,7 +67,7 @@ def test_detect_live_replays_the_group_through_the_live_monitor(
 
 def test_bad_directory_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["minder", "eval", str(tmp_path)]) == 2
-    assert "no omi-*.npz" in capsys.readouterr().err
+    assert "no *.npz server files" in capsys.readouterr().err
 
 
 def test_rotate_holds_out_each_server_in_turn(
@@ -129,3 +129,16 @@ def test_holdout_with_the_live_monitor_and_bootstrap_intervals(
     assert "minder_live" in text and "paired bootstrap over server-days" in text
     assert main(["minder", "eval", str(group), "--live", "--epochs", "1"]) == 2
     assert "add --holdout or --rotate" in capsys.readouterr().err
+
+
+def test_any_file_names_are_servers_in_natural_order(tmp_path: Path) -> None:
+    """Another dataset in the same layout names its servers otherwise."""
+    import numpy as np
+
+    from rankwatch.streams.minder.files import group_files
+
+    for name in ("node10", "node9", "db-2", "node1"):
+        np.savez(tmp_path / f"{name}.npz", train=np.zeros((2, 1)))
+    np.savez(tmp_path / "model.npz", weights=np.zeros(3))  # a model beside its data
+    (tmp_path / "README.md").write_text("not a server")
+    assert [p.stem for p in group_files(tmp_path)] == ["db-2", "node1", "node9", "node10"]
