@@ -89,9 +89,10 @@ def faults(fault_from: int, matmuls: int = 12) -> list[Fault]:
               None, (1,), "compute", from_start=True),
         Fault("slow-worker-n", {**slow, "slow_rank": 2}, ("worker", "0,1"), None, (2,), "compute"),
         Fault("slow-stage", {**slow, "slow_stage": 1}, ("stage", "1"), None, (2, 3), "compute"),
-        Fault("slow-link", link, None, "bandwidth-drop", (2, 3), "network"),
-        Fault("slow-data", {"data_wait_s": 0.03}, None, "dataloader-bound", (0, 1, 2, 3)),
-        Fault("gc", {"gc_rank": 2, "gc_live": 30_000}, None, "gc-pauses", (2,)),
+        Fault("slow-link", link, None, "bandwidth-drop", (1, 2, 3), "network"),
+        Fault("slow-data", {"data_wait_s": 0.03}, None, "dataloader-bound", (0, 1, 2, 3),
+              "input pipeline"),
+        Fault("gc", {"gc_rank": 2, "gc_live": 30_000}, None, "gc-pauses", (2,), "GC"),
     ]  # fmt: skip
 
 
@@ -166,14 +167,16 @@ class Verdict:
     fault: str
     right: bool
     first_step: int | None
-    """The step of the first alert that names the fault (None: none did)."""
+    """Steps from the fault's start to the first alert naming it (None: none did)."""
     alerts: list[str] = field(default_factory=list)
+    pages: int = 0
+    """Distinct alerts (ids) the run raised: what would page someone."""
     why: str = ""
 
 
-def judge_run(directory: Path, by_name: dict[str, Fault]) -> Verdict:
+def judge_run(directory: Path, by_name: dict[str, Fault], within: int) -> Verdict:
     from rankwatch.streams.kit.output import Source
-    from rankwatch.streams.ops.pipeline import analysing_pipeline
+    from rankwatch.streams.ops.analysing import analysing_pipeline
 
     meta = json.loads((directory / "run.json").read_text())
     fault = by_name[meta["fault"]]
@@ -189,34 +192,56 @@ def judge_run(directory: Path, by_name: dict[str, Fault]) -> Verdict:
         if kind == "alerts" and m["state"] == "firing":
             fired.append(m)
     shown = [_label(m) for m in fired]
+    pages = len({m["alert_id"] for m in fired})
     if fault.name == "healthy":
-        return Verdict(
-            directory.name, fault.name, not fired, None, shown, "" if not fired else "alerts"
-        )
+        return Verdict(directory.name, fault.name, not fired, None, shown, pages,
+                       "" if not fired else "alerts")  # fmt: skip
     start = SKIP_STEPS if fault.from_start else meta["fault_from"]
     naming = [m for m in fired if _names(m, fault)]
-    others = [m for m in fired if not _names(m, fault)]
-    first = min((int(m["evidence"].get("step", start)) for m in naming), default=None)
-    in_time = (first is not None and first - start <= meta.get("within", 0)) or False
+    others = [m for m in fired if not _names(m, fault) and not _consistent(m, fault)]
+    first = min((_step(m) - start for m in naming), default=None)
+    in_time = first is not None and first <= within
     why = "" if naming else "nothing named it"
     if others:
         why = f"also: {[_label(m) for m in others]}"
     return Verdict(directory.name, fault.name, bool(naming) and not others and in_time,
-                   first, shown, why)  # fmt: skip
+                   first, shown, pages, why)  # fmt: skip
+
+
+def _step(alert: dict[str, Any]) -> int:
+    """The step an alert fired at (straggler alerts: the step that fired it)."""
+    evidence = alert["evidence"]
+    return int(evidence["step"] if alert["kind"] == "straggler" else evidence["fired_at_step"])
+
+
+def _within(alert: dict[str, Any], fault: Fault) -> bool:
+    ranks = set(alert["evidence"].get("ranks") or [])
+    return bool(ranks) and ranks <= set(fault.ranks)
 
 
 def _names(alert: dict[str, Any], fault: Fault) -> bool:
+    """Whether the alert names the fault: its group (or ranks) and its cause."""
     evidence = alert["evidence"]
     if alert["kind"] == "straggler":
+        if evidence.get("cause") != fault.cause:
+            return False
         blame = evidence.get("blame", {})
-        if fault.blame is not None and (blame.get("dimension"), blame.get("group")) == fault.blame:
-            return not fault.cause or evidence.get("cause") == fault.cause
-        return (
-            fault.cause == "network"
-            and evidence.get("cause") == "network"
-            and set(evidence.get("ranks", [])) <= set(fault.ranks)
-        )
-    return alert["kind"] == fault.kind and tuple(sorted(evidence.get("ranks", []))) == fault.ranks
+        if fault.blame is not None:
+            return (blame.get("dimension"), blame.get("group")) == fault.blame
+        return _within(alert, fault)
+    return alert["kind"] == fault.kind and _within(alert, fault)
+
+
+SYMPTOMS = {"compute": "flops-drop", "network": "bandwidth-drop"}
+"""The signal alert a straggler of each cause may raise beside its straggler alert."""
+
+
+def _consistent(alert: dict[str, Any], fault: Fault) -> bool:
+    """An alert that is not the one naming the fault but points at it alone: the job's
+    throughput dropping, or the slowed ranks' own FLOP/s or bandwidth."""
+    if alert["kind"] == "throughput-drop":
+        return True
+    return alert["kind"] == SYMPTOMS.get(fault.cause) and _within(alert, fault)
 
 
 def _label(alert: dict[str, Any]) -> str:
@@ -224,10 +249,8 @@ def _label(alert: dict[str, Any]) -> str:
     if alert["kind"] == "straggler":
         blame = evidence.get("blame", {})
         what = f"{blame.get('dimension')} {blame.get('group')} {evidence.get('cause', '')}"
-        return f"straggler[{what}]@{evidence.get('step')}"
-    return (
-        f"{alert['kind']}[{','.join(map(str, evidence.get('ranks', [])))}]@{evidence.get('step')}"
-    )
+        return f"straggler[{what}]@{_step(alert)}"
+    return f"{alert['kind']}[{','.join(map(str, evidence.get('ranks', [])))}]@{_step(alert)}"
 
 
 def judge(args: argparse.Namespace) -> list[Verdict]:
@@ -236,10 +259,9 @@ def judge(args: argparse.Namespace) -> list[Verdict]:
     for condition in ("quiet", "busy"):
         where = ROOT / args.set / condition
         for directory in sorted(where.glob("*-*")) if where.is_dir() else []:
-            meta = json.loads((directory / "run.json").read_text())
-            meta["within"] = args.within
-            (directory / "run.json").write_text(json.dumps(meta))
-            verdict = judge_run(directory, by_name)
+            if not (directory / "run.json").exists():
+                continue  # still being collected
+            verdict = judge_run(directory, by_name, args.within)
             verdict.run = f"{condition}/{directory.name}"
             verdicts.append(verdict)
     return verdicts
@@ -247,8 +269,9 @@ def judge(args: argparse.Namespace) -> list[Verdict]:
 
 def table(verdicts: list[Verdict]) -> str:
     lines = [
-        "| fault | condition | runs | right | alerted within (steps: median, max) | wrong runs |",
-        "|---|---|---|---|---|---|",
+        "| fault | condition | runs | right | steps to alert (median, max) | alerts per run"
+        " (median, max) | wrong runs |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name in dict.fromkeys(v.fault for v in verdicts):
         for condition in ("quiet", "busy"):
@@ -261,8 +284,11 @@ def table(verdicts: list[Verdict]) -> str:
                 f"{v.run.split('/')[1]}: {v.why or v.alerts}" for v in mine if not v.right
             )
             right = sum(v.right for v in mine)
+            pages = sorted(v.pages for v in mine)
+            paged = f"{pages[len(pages) // 2]}, {pages[-1]}"
             lines.append(
-                f"| {name} | {condition} | {len(mine)} | {right} | {shown} | {wrong or '-'} |"
+                f"| {name} | {condition} | {len(mine)} | {right} | {shown} | {paged}"
+                f" | {wrong or '-'} |"
             )
     return "\n".join(lines)
 
@@ -284,7 +310,7 @@ def main() -> int:
         "--matmuls", type=int, default=12, help="extra 256x256 matmuls a slow rank does per forward"
     )
     j = sub.choices["judge"]
-    j.add_argument("--within", type=int, default=20, help="steps after the fault starts")
+    j.add_argument("--within", type=int, default=30, help="steps after the fault starts")
     j.add_argument("--json", type=Path, help="write the verdicts here")
     args = parser.parse_args()
     if args.what == "collect":
