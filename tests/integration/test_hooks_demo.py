@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rankwatch.cli import main
+from rankwatch.commands.demo import DEMO_STEPS
 
 pytestmark = pytest.mark.integration
 
@@ -18,6 +19,6 @@ def test_demo_on_the_real_workload(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert out.startswith("job demo: real PyTorch training, DP 2 x PP 2")
     rows = [line for line in out.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d+s", line)]
-    assert [int(r.split()[0]) for r in rows] == list(range(1, 13))  # step 0 left out
+    assert [int(r.split()[0]) for r in rows] == list(range(1, DEMO_STEPS + 1))  # step 0 left out
     assert "Live figures, as stored" in out and "Offline figures over the whole trace" in out
     assert (tmp_path / "trace.parquet").is_file() and (tmp_path / "meta.yaml").is_file()
