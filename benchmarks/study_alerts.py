@@ -18,7 +18,7 @@ rank 3 (1,1)):
   DP all-reduce and the 1 <-> 3 pipeline link cross it): a network cause on ranks 2, 3;
 - ``slow-data``: every rank waits 30 ms for each batch from ``--fault-from``: the input
   pipeline (``dataloader-bound``) on every rank;
-- ``gc``: rank 2 collects a 30k-object cyclic graph inside each forward from
+- ``gc``: rank 2 collects a 5k-object cyclic graph inside each forward from
   ``--fault-from``: ``gc-pauses`` on rank 2.
 
 A fault is named right when an alert fires within ``--within`` steps of its start (the
@@ -92,7 +92,7 @@ def faults(fault_from: int, matmuls: int = 12) -> list[Fault]:
         Fault("slow-link", link, None, "bandwidth-drop", (1, 2, 3), "network"),
         Fault("slow-data", {"data_wait_s": 0.03}, None, "dataloader-bound", (0, 1, 2, 3),
               "input pipeline"),
-        Fault("gc", {"gc_rank": 2, "gc_live": 30_000}, None, "gc-pauses", (2,), "GC"),
+        Fault("gc", {"gc_rank": 2, "gc_live": 5_000}, None, "gc-pauses", (2,), "GC"),
     ]  # fmt: skip
 
 

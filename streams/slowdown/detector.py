@@ -53,6 +53,10 @@ KINDS = (
 )
 RATES = frozenset(("flops-drop", "bandwidth-drop", "throughput-drop", "issue-stall"))
 """Kinds whose signal is a rate: its noise is a factor, so its band is taken on logs."""
+PEER_RELATIVE = ("flops-drop", "bandwidth-drop")
+"""Rank rates judged against the change their peers share in the same step
+(:meth:`SlowdownDetector._common`): a rank's FLOP/s or bandwidth is its fault only when
+it fell and its peers' did not."""
 JOB_RANK = -1
 """The pseudo-rank of job-level signals (throughput)."""
 
@@ -99,6 +103,9 @@ class Finding:
     value: float
     baseline: float | None
     anomalous: bool
+    alone: bool | None = None
+    """For :data:`PEER_RELATIVE` kinds: anomalous still once the change its peers
+    share in the step is taken out (None: the same as ``anomalous``)."""
 
 
 @dataclass
@@ -113,6 +120,18 @@ class _Track:
     pending: deque[float] = field(default_factory=deque)
     """The latest values, not in ``history`` yet: each is admitted once ``open_within``
     newer steps went by without an episode growing out of it."""
+    alone: _Episode = field(default_factory=lambda: _Episode(deque(maxlen=5)))
+    """The episode of the rank standing out of its peers (:data:`PEER_RELATIVE`
+    kinds): the one an alert is raised for."""
+
+
+@dataclass
+class _Episode:
+    """Hysteresis alone, for the peer-relative verdict."""
+
+    recent: deque[bool]
+    run: int = 0
+    open: bool = False
 
 
 @dataclass
@@ -213,6 +232,7 @@ class SlowdownDetector:
                 "pending": list(t.pending),
                 "run": t.run,
                 "open": t.open,
+                "alone": {"recent": list(t.alone.recent), "run": t.alone.run, "open": t.alone.open},
             }
             for (kind, rank), t in held.tracks.items()
         ]
@@ -232,12 +252,18 @@ class SlowdownDetector:
                 raise ValueError(f"bad track {t['kind']!r} of rank {t['rank']}")
             if t["kind"] == "issue-stall" and not c.issue_stall:
                 continue  # not judged here: its firing alert resolves at the next step
+            alone = t.get("alone", t)  # a state from before the peer verdict: the same
+            if not all(isinstance(v, bool) for v in (*alone["recent"], alone["open"])):
+                raise ValueError(f"bad track {t['kind']!r} of rank {t['rank']}")
             held.tracks[(t["kind"], t["rank"])] = _Track(
                 history=deque(map(_number, t["history"]), maxlen=c.window),
                 recent=deque(t["recent"], maxlen=c.open_within),
                 run=int(t["run"]),
                 open=t["open"],
                 pending=deque(map(_number, t["pending"])),
+                alone=_Episode(
+                    deque(alone["recent"], maxlen=c.open_within), int(alone["run"]), alone["open"]
+                ),
             )
         held.alerts = {a["kind"]: _held(a) for a in state["alerts"] if a["kind"] in KINDS}
         self._jobs[job] = held
@@ -268,6 +294,7 @@ class SlowdownDetector:
             if rank in ranks and track.open != stored:  # the stored verdict wins
                 track.open, track.run = stored, 0
                 track.recent.clear()
+                track.alone = _Episode(deque(maxlen=self.config.open_within), 0, stored)
         job.alerts = {a["kind"]: _held(a) for a in firing if a["kind"] in KINDS}
         for kind, alert in job.alerts.items():  # job-level episodes live in alerts only
             held = job.tracks.get((kind, JOB_RANK))
@@ -281,20 +308,44 @@ class SlowdownDetector:
         if not signals:
             return {}, []
         job = self._jobs.setdefault(signals[0].job, _Job())
-        findings = [f for s in signals for f in self._rank_findings(job, s)]
+        common = {kind: self._common(job, kind, signals) for kind in PEER_RELATIVE}
+        findings = [f for s in signals for f in self._rank_findings(job, s, common)]
         findings += self._job_findings(job, signals)
         open_now: dict[int, list[str]] = {}
+        standing: dict[int, list[str]] = {}
         for f in findings:
             if self._advance(job, f):
                 open_now.setdefault(f.rank, []).append(f.kind)
+            if self._advance_alone(job, f):
+                standing.setdefault(f.rank, []).append(f.kind)
         last = max(signals, key=lambda s: s.start_ns)
-        explained = _explained(open_now, {s.rank: (s.dp_rank, s.pp_rank) for s in signals})
+        explained = _explained(standing, {s.rank: (s.dp_rank, s.pp_rank) for s in signals})
         alerts = self._alerts(job, signals[0].job, last.step, last.start_ns, explained, findings)
         return open_now, alerts
 
     # -- findings ----------------------------------------------------------------------
 
-    def _rank_findings(self, job: _Job, s: Signals) -> list[Finding]:
+    def _common(self, job: _Job, kind: str, signals: Sequence[Signals]) -> dict[int, float]:
+        """Per rank, the median over the *other* ranks of the step of their value's
+        ratio to their own baseline: what every rank of the job feels at once (the
+        host's load, a job-wide phase) rather than this rank alone. Ranks without a
+        baseline yet are left out; a rank with no such peer gets 1."""
+        attr = SIGNAL_OF[kind]
+        ranks, ratios = [], []
+        for s in signals:
+            value = getattr(s, attr)
+            track = job.tracks.get((kind, s.rank))
+            if value is None or track is None or len(track.history) < self.config.warmup:
+                continue
+            base = statistics.median(track.history)
+            if value > 0 and base > 0:
+                ranks.append(s.rank)
+                ratios.append(value / base)
+        return dict(zip(ranks, _others_median(ratios), strict=True))
+
+    def _rank_findings(
+        self, job: _Job, s: Signals, common: Mapping[str, Mapping[int, float]]
+    ) -> list[Finding]:
         c = self.config
         out = []
         drops = (
@@ -303,7 +354,8 @@ class SlowdownDetector:
         )
         for kind, value, ratio in drops:
             if value is not None:
-                out.append(self._judge(job, kind, s.rank, value, _below(ratio)))
+                scale = common[kind].get(s.rank, 1.0)
+                out.append(self._judge(job, kind, s.rank, value, _below(ratio), scale))
         void = max(s.v_hidden, s.v_minority)
         out.append(self._judge(job, "void-high", s.rank, void, _above(c.void_floor, c.void_margin)))
         out.append(
@@ -337,19 +389,34 @@ class SlowdownDetector:
         return [f] if f is not None else []
 
     def _judge(
-        self, job: _Job, kind: str, rank: int, value: float, bad: Callable[[float, float], bool]
+        self,
+        job: _Job,
+        kind: str,
+        rank: int,
+        value: float,
+        bad: Callable[[float, float], bool],
+        scale: float = 1.0,
     ) -> Finding | None:
+        """The finding of ``value`` against the rank's baseline, judged after dividing
+        it by ``scale``, the change its peers share (:meth:`_common`); the finding keeps
+        the raw value."""
         track = job.tracks.get((kind, rank))
         if track is None:
             track = job.tracks[(kind, rank)] = _Track(
-                deque(maxlen=self.config.window), deque(maxlen=self.config.open_within)
+                deque(maxlen=self.config.window),
+                deque(maxlen=self.config.open_within),
+                alone=_Episode(deque(maxlen=self.config.open_within)),
             )
         if len(track.history) < self.config.warmup:
             track.history.append(value)
             return None
         base = statistics.median(track.history)
         anomalous = bad(value, base) and self._outside_noise(kind, value, track.history)
-        return Finding(kind, rank, value, base, anomalous)
+        if kind not in PEER_RELATIVE:
+            return Finding(kind, rank, value, base, anomalous)
+        own = value / scale if scale > 0 else value
+        alone = anomalous and bad(own, base) and self._outside_noise(kind, own, track.history)
+        return Finding(kind, rank, value, base, anomalous, alone)
 
     def _outside_noise(self, kind: str, value: float, history: deque[float]) -> bool:
         """Whether ``value`` lies outside the noise band of the rank's baseline values:
@@ -382,6 +449,25 @@ class SlowdownDetector:
             if track.run >= c.close_after:
                 track.open, track.run = False, 0
         return track.open
+
+    def _advance_alone(self, job: _Job, f: Finding) -> bool:
+        """The same hysteresis for the rank standing out of its peers (a step that does
+        is anomalous too, so this episode opens only where the rank's own does, and
+        closes no later): whether the kind's alert stands for this rank now."""
+        track = job.tracks[(f.kind, f.rank)]
+        if f.alone is None:
+            return track.open
+        e, c = track.alone, self.config
+        if not e.open:
+            e.recent.append(f.alone)
+            if sum(e.recent) >= c.open_after:
+                e.open, e.run = True, 0
+                e.recent.clear()
+        else:
+            e.run = e.run + 1 if not f.alone else 0
+            if e.run >= c.close_after:
+                e.open, e.run = False, 0
+        return e.open
 
     def _admit_later(self, track: _Track, value: float) -> None:
         """Delayed admission to the baseline: every value outside an episode counts, so
@@ -490,6 +576,25 @@ def _spread(values: Sequence[float] | deque[float]) -> float:
     deviation (a few outliers in the baseline do not widen it)."""
     center = statistics.median(values)
     return 1.4826 * statistics.median(abs(v - center) for v in values)
+
+
+def _others_median(values: Sequence[float]) -> list[float]:
+    """For each value, the median of the others (1.0 where there are none), in
+    O(n log n): sorted once, each median is read at the positions that dropping one
+    element leaves in the middle."""
+    n = len(values)
+    if n < 2:
+        return [1.0] * n
+    order = sorted(range(n), key=values.__getitem__)
+    ranked = [values[i] for i in order]
+    where = {i: k for k, i in enumerate(order)}
+    m = n - 1
+    out = []
+    for i in range(n):
+        k = where[i]
+        lo, hi = ((q if q < k else q + 1) for q in ((m - 1) // 2, m // 2))
+        out.append((ranked[lo] + ranked[hi]) / 2)
+    return out
 
 
 def _below(ratio: float) -> Callable[[float, float], bool]:
