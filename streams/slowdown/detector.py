@@ -8,8 +8,11 @@ both in its baseline); a value is judged once ``warmup`` of them exist. The rule
 (docs/detection.md, section 3, says why these numbers):
 
 ========================  =======================================================
-``flops-drop``            FLOP/s under ``flops_drop`` x baseline
-``bandwidth-drop``        bus bandwidth under ``bandwidth_drop`` x baseline
+``flops-drop``            FLOP/s under ``flops_drop`` x baseline (alerted only when
+                          also under it against the stage's other ranks now, and
+                          beyond the change all its peers share)
+``bandwidth-drop``        bus bandwidth under ``bandwidth_drop`` x baseline (alerted
+                          only beyond the change all its peers share)
 ``throughput-drop``       the job's median throughput under ``throughput_drop`` x
                           baseline (judged once per step, rank -1)
 ``void-high``             hidden inter-step share (``v_inter`` less data waits and
@@ -54,9 +57,10 @@ KINDS = (
 RATES = frozenset(("flops-drop", "bandwidth-drop", "throughput-drop", "issue-stall"))
 """Kinds whose signal is a rate: its noise is a factor, so its band is taken on logs."""
 PEER_RELATIVE = ("flops-drop", "bandwidth-drop")
-"""Rank rates judged against the change their peers share in the same step
-(:meth:`SlowdownDetector._common`): a rank's FLOP/s or bandwidth is its fault only when
-it fell and its peers' did not."""
+"""Rank rates also judged against the rank's peers in the same step: a rank's FLOP/s or
+bandwidth drop is its own only when it fell beyond the change its peers share
+(:meth:`SlowdownDetector._common`), and, for FLOP/s, when it is now under the same
+ratio of its stage's other ranks' (:func:`_stage_peers`), which do the same work."""
 JOB_RANK = -1
 """The pseudo-rank of job-level signals (throughput)."""
 
@@ -77,7 +81,11 @@ class DetectorConfig:
     GPU, and on a shared, noisy host the job's own noise band is the wider one. Two
     deviations, set by reasoning, not tuned (docs/detection.md, section 3)."""
     flops_drop: float = 0.55
-    bandwidth_drop: float = 0.1
+    bandwidth_drop: float = 0.25
+    """Under a quarter of the baseline. On the second study's tuning runs the deepest
+    five-step dip of a healthy rank's bus bandwidth, its peers' shared change taken
+    out, was 0.38 of its baseline, the shallowest rate-limited link 0.15: a quarter
+    lies between, about their geometric mean (docs/detection.md, section 3)."""
     throughput_drop: float = 0.6
     void_floor: float = 0.15
     void_margin: float = 0.10
@@ -309,7 +317,8 @@ class SlowdownDetector:
             return {}, []
         job = self._jobs.setdefault(signals[0].job, _Job())
         common = {kind: self._common(job, kind, signals) for kind in PEER_RELATIVE}
-        findings = [f for s in signals for f in self._rank_findings(job, s, common)]
+        stage = _stage_peers(signals)
+        findings = [f for s in signals for f in self._rank_findings(job, s, common, stage)]
         findings += self._job_findings(job, signals)
         open_now: dict[int, list[str]] = {}
         standing: dict[int, list[str]] = {}
@@ -344,7 +353,11 @@ class SlowdownDetector:
         return dict(zip(ranks, _others_median(ratios), strict=True))
 
     def _rank_findings(
-        self, job: _Job, s: Signals, common: Mapping[str, Mapping[int, float]]
+        self,
+        job: _Job,
+        s: Signals,
+        common: Mapping[str, Mapping[int, float]],
+        stage: Mapping[int, float],
     ) -> list[Finding]:
         c = self.config
         out = []
@@ -355,7 +368,8 @@ class SlowdownDetector:
         for kind, value, ratio in drops:
             if value is not None:
                 scale = common[kind].get(s.rank, 1.0)
-                out.append(self._judge(job, kind, s.rank, value, _below(ratio), scale))
+                peer = stage.get(s.rank) if kind == "flops-drop" else None
+                out.append(self._judge(job, kind, s.rank, value, _below(ratio), scale, peer))
         void = max(s.v_hidden, s.v_minority)
         out.append(self._judge(job, "void-high", s.rank, void, _above(c.void_floor, c.void_margin)))
         out.append(
@@ -396,10 +410,15 @@ class SlowdownDetector:
         value: float,
         bad: Callable[[float, float], bool],
         scale: float = 1.0,
+        peer: float | None = None,
     ) -> Finding | None:
-        """The finding of ``value`` against the rank's baseline, judged after dividing
-        it by ``scale``, the change its peers share (:meth:`_common`); the finding keeps
-        the raw value."""
+        """The finding of ``value`` against the rank's baseline; for the peer verdict
+        (``alone``) judged again after dividing it by ``scale``, the change its peers
+        share (:meth:`_common`), and, given ``peer`` (its stage's other ranks' value
+        now), only while it is also under the rule against that. A rank that ran
+        alone on a core early on had a high baseline; back among its peers, it fell
+        against its past and not against them (a busy tuning run's only false alarm).
+        The finding keeps the raw value."""
         track = job.tracks.get((kind, rank))
         if track is None:
             track = job.tracks[(kind, rank)] = _Track(
@@ -416,6 +435,7 @@ class SlowdownDetector:
             return Finding(kind, rank, value, base, anomalous)
         own = value / scale if scale > 0 else value
         alone = anomalous and bad(own, base) and self._outside_noise(kind, own, track.history)
+        alone = alone and (peer is None or bad(value, peer))
         return Finding(kind, rank, value, base, anomalous, alone)
 
     def _outside_noise(self, kind: str, value: float, history: deque[float]) -> bool:
@@ -576,6 +596,22 @@ def _spread(values: Sequence[float] | deque[float]) -> float:
     deviation (a few outliers in the baseline do not widen it)."""
     center = statistics.median(values)
     return 1.4826 * statistics.median(abs(v - center) for v in values)
+
+
+def _stage_peers(signals: Sequence[Signals]) -> dict[int, float]:
+    """Per rank, the median FLOP/s of the other ranks of its pipeline stage in this step
+    (its data-parallel copies: the same layers on the same shapes); ranks alone in
+    their stage are left out."""
+    by_stage: dict[int, list[Signals]] = {}
+    for s in signals:
+        if s.flops_per_s is not None and s.flops_per_s > 0:
+            by_stage.setdefault(s.pp_rank, []).append(s)
+    out: dict[int, float] = {}
+    for members in by_stage.values():
+        if len(members) > 1:
+            medians = _others_median([m.flops_per_s or 0.0 for m in members])
+            out.update(zip((m.rank for m in members), medians, strict=True))
+    return out
 
 
 def _others_median(values: Sequence[float]) -> list[float]:

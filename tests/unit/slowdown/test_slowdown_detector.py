@@ -244,14 +244,30 @@ def test_what_every_rank_feels_at_once_is_not_one_ranks_fault() -> None:
 
 
 def test_a_slow_half_of_the_job_is_still_judged_against_the_other_half() -> None:
-    """Two ranks of four slowed (a slow stage): each one's peers' median is the healthy
-    ranks', so the drop stands; in a two-rank job the peer is the other rank."""
-    stage = {"r2": {"flops_per_s": 3e10}, "r3": {"flops_per_s": 3e10}}
-    steps = [step(n) for n in range(10)] + [step(n, **stage) for n in range(10, 20)]
-    assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [("flops-drop", (2, 3))]
+    """Two ranks of four slowed (DP rank 1 in both stages): each one's peers' median is
+    the healthy ranks', so the drop stands; in a two-rank job the peer is the other
+    rank. A whole slow stage is under no peer doing its work: the straggler rule
+    (which compares stages) names it, not flops-drop; the rows still hold it."""
+    dp1 = {"r1": {"flops_per_s": 3e10}, "r3": {"flops_per_s": 3e10}}
+    steps = [step(n) for n in range(10)] + [step(n, **dp1) for n in range(10, 20)]
+    assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [("flops-drop", (1, 3))]
     two = [step(n, ranks=2) for n in range(10)]
     two += [step(n, ranks=2, r1={"flops_per_s": 3e10}) for n in range(10, 20)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), two)] == [("flops-drop", (1,))]
+    stage = {"r2": {"flops_per_s": 3e10}, "r3": {"flops_per_s": 3e10}}
+    steps = [step(n) for n in range(10)] + [step(n, **stage) for n in range(10, 20)]
+    detector = SlowdownDetector()
+    assert run(detector, steps) == []
+    assert diagnose("j", _rows(steps, SlowdownDetector())).ranks == [2, 3]
+
+
+def test_a_rank_back_among_its_peers_is_not_slow() -> None:
+    """A rank that ran alone on a core for the job's first steps (4x its stage peer's
+    FLOP/s) and then shares one like its peer has fallen against its own past, but not
+    against the rank doing its work: no alert (a busy tuning run's false alarm)."""
+    early = [step(n, r1={"flops_per_s": 4e11}) for n in range(12)]
+    later = [step(n) for n in range(12, 40)]
+    assert run(SlowdownDetector(), early + later) == []
 
 
 def test_the_peer_verdict_travels_with_the_state() -> None:
