@@ -298,21 +298,42 @@ class SlowdownDetector:
         last_signals, last_open = steps[-1]
         ranks = {s.rank for s in last_signals} | {JOB_RANK}
         for (kind, rank), track in job.tracks.items():
+            if rank not in ranks:
+                continue
             stored = kind in last_open.get(rank, ())
-            if rank in ranks and track.open != stored:  # the stored verdict wins
+            if kind in PEER_RELATIVE:
+                self._restore_peer(track, stored, _everyone(kind, last_open, ranks - {JOB_RANK}))
+            elif track.open != stored:  # the stored verdict wins
                 track.open, track.run = stored, 0
                 track.recent.clear()
-                track.alone = _Episode(deque(maxlen=self.config.open_within), 0, stored)
         job.alerts = {a["kind"]: _held(a) for a in firing if a["kind"] in KINDS}
         for kind, alert in job.alerts.items():  # job-level episodes live in alerts only
             held = job.tracks.get((kind, JOB_RANK))
             if held is not None and JOB_RANK in alert.ranks:
                 held.open = True
 
+    def _restore_peer(self, track: _Track, stored: bool, everyone: bool) -> None:
+        """A peer-judged episode back from the stored rows, which hold it where the
+        rank stood out of its peers, or where every rank of the step had it open: the
+        rank's own episode is open wherever the row has the kind (elsewhere it is as the
+        stored steps rebuilt it), and its peer episode is open exactly where it stood
+        out."""
+        fresh = _Episode(deque(maxlen=self.config.open_within))
+        if stored and not track.open:
+            track.open, track.run = True, 0
+            track.recent.clear()
+        alone = stored and not everyone
+        if track.alone.open != alone:
+            track.alone = fresh if not alone else _Episode(fresh.recent, 0, True)
+
     def observe(
         self, signals: Sequence[Signals]
     ) -> tuple[dict[int, list[str]], list[SlowdownAlert]]:
-        """(rank -> kinds with an open episode at this step, alert state changes)."""
+        """(rank -> kinds whose episode stands for it at this step, alert state
+        changes). For :data:`PEER_RELATIVE` kinds an episode stands for the rank when it
+        stands out of its peers, or when every rank of the step has its own open (the
+        job as a whole fell: "everyone-slow" to ``diagnose``); not when it fell alone
+        against its own past but not against its peers, the noise of a shared host."""
         if not signals:
             return {}, []
         job = self._jobs.setdefault(signals[0].job, _Job())
@@ -330,7 +351,7 @@ class SlowdownDetector:
         last = max(signals, key=lambda s: s.start_ns)
         explained = _explained(standing, {s.rank: (s.dp_rank, s.pp_rank) for s in signals})
         alerts = self._alerts(job, signals[0].job, last.step, last.start_ns, explained, findings)
-        return open_now, alerts
+        return _shown(open_now, standing, {s.rank for s in signals}), alerts
 
     # -- findings ----------------------------------------------------------------------
 
@@ -596,6 +617,29 @@ def _spread(values: Sequence[float] | deque[float]) -> float:
     deviation (a few outliers in the baseline do not widen it)."""
     center = statistics.median(values)
     return 1.4826 * statistics.median(abs(v - center) for v in values)
+
+
+def _shown(
+    open_now: Mapping[int, list[str]], standing: Mapping[int, list[str]], ranks: set[int]
+) -> dict[int, list[str]]:
+    """The kinds a rank's row holds: those standing for it, and each peer-judged kind
+    whose own episode every rank of the step has open."""
+    shared = [
+        k for k in PEER_RELATIVE if len(ranks) > 1 and all(k in open_now.get(r, ()) for r in ranks)
+    ]
+    out: dict[int, list[str]] = {}
+    for rank in sorted(set(open_now) | set(standing)):
+        kinds = list(standing.get(rank, []))
+        kinds += [k for k in shared if k not in kinds and rank != JOB_RANK]
+        if kinds:
+            out[rank] = kinds
+    return out
+
+
+def _everyone(kind: str, stored: Mapping[int, Sequence[str]], ranks: set[int]) -> bool:
+    """Whether every rank's stored row holds ``kind`` (so it may be the job's shared
+    episode, not one rank standing out)."""
+    return len(ranks) > 1 and all(kind in stored.get(r, ()) for r in ranks)
 
 
 def _stage_peers(signals: Sequence[Signals]) -> dict[int, float]:

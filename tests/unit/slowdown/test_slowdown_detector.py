@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from rankwatch.streams.slowdown.detector import DetectorConfig, SlowdownDetector
-from rankwatch.streams.slowdown.diagnosis import WhatIf, diagnose
+from rankwatch.streams.slowdown.diagnosis import StragglerAlert, WhatIf, diagnose
 from rankwatch.streams.slowdown.signals import Signals
 
 HEALTHY = Signals(
@@ -247,7 +247,7 @@ def test_a_slow_half_of_the_job_is_still_judged_against_the_other_half() -> None
     """Two ranks of four slowed (DP rank 1 in both stages): each one's peers' median is
     the healthy ranks', so the drop stands; in a two-rank job the peer is the other
     rank. A whole slow stage is under no peer doing its work: the straggler rule
-    (which compares stages) names it, not flops-drop; the rows still hold it."""
+    (which compares stages) names it, not flops-drop, and diagnose takes its alert."""
     dp1 = {"r1": {"flops_per_s": 3e10}, "r3": {"flops_per_s": 3e10}}
     steps = [step(n) for n in range(10)] + [step(n, **dp1) for n in range(10, 20)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [("flops-drop", (1, 3))]
@@ -258,7 +258,8 @@ def test_a_slow_half_of_the_job_is_still_judged_against_the_other_half() -> None
     steps = [step(n) for n in range(10)] + [step(n, **stage) for n in range(10, 20)]
     detector = SlowdownDetector()
     assert run(detector, steps) == []
-    assert diagnose("j", _rows(steps, SlowdownDetector())).ranks == [2, 3]
+    alert = StragglerAlert("stage", "1", "compute", [2, 3], ["h"], True)
+    assert diagnose("j", _rows(steps, SlowdownDetector()), straggler=alert).ranks == [2, 3]
 
 
 def test_a_rank_back_among_its_peers_is_not_slow() -> None:
@@ -280,3 +281,35 @@ def test_the_peer_verdict_travels_with_the_state() -> None:
     second.load("j", first.state("j") or {})
     more = [step(n, **slow) for n in range(16, 20)] + [step(n) for n in range(20, 25)]
     assert [(a.kind, a.state) for a in run(second, more)] == [("flops-drop", "resolved")]
+
+
+def test_a_rank_falling_alone_against_its_past_is_not_in_its_rows() -> None:
+    """What the rows hold is what diagnose and the boards read: the episode of a rank
+    back level with its stage peer is not there (diagnose said "straggler compute" of
+    a healthy job), the job-wide fall is, on every rank."""
+    early = [step(n, r1={"flops_per_s": 4e11}) for n in range(12)]
+    rows = _rows(early + [step(n) for n in range(12, 40)], SlowdownDetector())
+    assert not any(r["anomalies"] for r in rows)
+    every = {f"r{r}": {"flops_per_s": 3e10} for r in range(4)}
+    rows = _rows(
+        [step(n) for n in range(10)] + [step(n, **every) for n in range(10, 20)], SlowdownDetector()
+    )
+    assert {r["rank"] for r in rows if "flops-drop" in r["anomalies"]} == {0, 1, 2, 3}
+
+
+def test_rows_of_a_restored_detector_are_those_of_an_uninterrupted_one() -> None:
+    """Restored from its stored rows mid-episode (a rank standing out, and a job-wide
+    fall that stands for no rank alone), the detector goes on with the same rows and
+    alerts as one that never stopped."""
+    alone = {"r1": {"flops_per_s": 3e10}}
+    every = {f"r{r}": {"busbw": 5e7} for r in range(4)}
+    for fault in (alone, every):
+        steps = [step(n) for n in range(10)] + [step(n, **fault) for n in range(10, 30)]
+        whole = SlowdownDetector()
+        seen = [whole.observe(s) for s in steps]
+        before = SlowdownDetector()
+        stored = [(s, before.observe(s)[0]) for s in steps[:22]]
+        firing = [a.message() for _, alerts in seen[:22] for a in alerts if a.state == "firing"]
+        after = SlowdownDetector()
+        after.restore(stored[-15:], firing)
+        assert [after.observe(s) for s in steps[22:]] == seen[22:]
