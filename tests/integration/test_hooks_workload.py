@@ -99,6 +99,18 @@ def check_accounting(result: JobResult) -> None:
         assert stats["put"] == stats["sent"] + stats["resent"], stats
 
 
+def _sweep_left(bootstrap: str, spool_dir: Path, prefix: str) -> int:
+    """Records the ranks left in their spools, sent by the agent's own sweeper."""
+    from rankwatch.agent.spools import kafka_sweeper
+
+    sweeper, close = kafka_sweeper(bootstrap, spool_dir, prefix)
+    try:
+        sweeper.sweep()
+    finally:
+        close()
+    return sweeper.counters.records_sent
+
+
 def check_records(result: JobResult, values: list[bytes]) -> None:
     """What the broker holds: each rank's batches once (a retry may repeat one), and
     exactly the records each rank put."""
@@ -168,16 +180,24 @@ def test_a_broker_outage_mid_run_loses_no_step_and_accounts_for_every_record(
         up = time.time_ns()
         job.join(300)
         result: JobResult = outcome["result"]
+        swept = _sweep_left(bootstrap, Path(cfg.spool_dir or ""), prefix)
         values = consume(bootstrap, f"{prefix}.ops")
     finally:
         broker.stop()
     assert len(result.step_times_s()) == STEPS  # every rank trained every step
     ends = [s["end_ns"] for s in result.ranks[0]["steps"]]
     assert ends[0] < down and up < ends[-1], "the outage fell outside the training"
-    check_accounting(result)
     totals = {k: sum(s[k] for s in result.hook_stats()) for k in result.hook_stats()[0]}
-    print("hook counters over all ranks:", totals)
-    assert totals["spooled"] > 0 and totals["resent"] == totals["spooled"]  # outage felt
+    print("hook counters over all ranks:", totals, "swept by the agent's sweeper:", swept)
+    # A rank resends its spool while it trains and once more as it closes; what the
+    # broker has not taken by then (it came back late on a loaded box: once in CI,
+    # 418 records of 440) stays in the spool for the host's agent, which sends it.
+    assert totals["in_spool"] == swept, (totals, swept)
+    for stats in result.hook_stats():
+        assert stats["pending"] == 0 and stats["dropped_buffer"] == 0, stats
+        assert stats["dropped_send"] == 0, stats
+        assert stats["put"] == stats["sent"] + stats["resent"] + stats["in_spool"], stats
+    assert totals["spooled"] > 0 and totals["resent"] + swept == totals["spooled"]  # outage felt
     check_records(result, values)
     rows = analyse_embedded(values, tmp_path / "chdb")
     assert [r["step"] for r in rows] == list(range(STEPS))
