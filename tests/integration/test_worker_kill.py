@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.devbroker import create_topics
@@ -31,6 +33,17 @@ from rankwatch.traceio import read_meta, read_trace
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "stragglers"
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _stored(steps: int) -> Callable[[dict[str, Any]], bool]:
+    def check(status: dict[str, Any]) -> bool:
+        return (
+            status.get("steps_analysed", 0) >= steps
+            and status.get("flushes", 0) > 0
+            and status.get("buffered_rows", 1) == 0
+        )
+
+    return check
 
 
 def test_kill_9_mid_replay_loses_and_duplicates_nothing(
@@ -58,7 +71,9 @@ def test_kill_9_mid_replay_loses_and_duplicates_nothing(
     )
     try:
         publish(kafka_broker, batches[:half], topic=topic)
-        worker.wait_for(lambda s: s.get("steps_analysed", 0) >= 8, 90, "steps stored")
+        # analysed is not stored: wait for a flush that left nothing buffered, or the
+        # kill may fall before any step reached the store and the restart re-reads none
+        worker.wait_for(_stored(8), 90, "steps stored")
         worker.kill()
     finally:
         worker.stop()
