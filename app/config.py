@@ -158,6 +158,10 @@ class HangWorkerConfig:
     """A rank stalls after k x its median step time..."""
     floor_s: float = HangConfig.floor_s
     """...and never before this many seconds."""
+    warmup_s: float = HangConfig.warmup_s
+    """The bound of a job's first steps (compilation, warm-up, the first data)."""
+    max_phase_s: float = HangConfig.max_phase_s
+    """The most an announced phase (a checkpoint) may claim as its own bound."""
     silent_after_s: float = HangConfig.silent_after_s
     """Heartbeats missing this long: the rank is silent."""
     tick_s: float = 1.0

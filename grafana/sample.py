@@ -102,7 +102,7 @@ def fill(store: Store, job: str, now_ns: int, seed: int = 0) -> Sample:
 def _run_hangs(store: Store, job: str, hosts: list[str], origin_ns: int, steps: list[int]) -> str:
     """Two hangs through the real hang service: rank 3 stalls at +60 s and recovers,
     rank 6 stalls at +500 s and stays stuck (open). Returns the open episode's id."""
-    service = HangService(HangConfig(k=0.05, floor_s=5.0, silent_after_s=3.0))
+    service = HangService(HangConfig(k=0.05, floor_s=5.0, warmup_s=5.0, silent_after_s=3.0))
     out = Output()
     middle, after = steps[len(steps) // 2], steps[-1] + 1
     _stall(service, out, job, hosts, origin_ns + 60 * NS, 3, middle, recover=True)

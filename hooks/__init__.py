@@ -10,6 +10,9 @@
         with rw.op("forward-compute", mb=i, chunk=c):
             ...
         rw.step_end()
+        if step % 1000 == 999:
+            with rw.phase("checkpoint-save", bound_s=600):   # no hang alert meanwhile
+                save(...)
 
 Records leave from a background thread (Kafka via aiokafka, a spool file, or an
 in-process sink); the training thread never blocks on I/O. See ``tracker.py`` for the
@@ -24,6 +27,7 @@ from rankwatch.hooks.session import (
     current,
     init,
     op,
+    phase,
     shutdown,
     step_begin,
     step_end,
@@ -50,6 +54,7 @@ __all__ = [
     "identity_from_env",
     "init",
     "op",
+    "phase",
     "shutdown",
     "step_begin",
     "step_end",

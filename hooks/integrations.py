@@ -25,10 +25,15 @@ an iterable), so the hooks' import path stays standard library + orjson.
   that fell inside a timed op (docs/detection.md, section 3).
 - :func:`linear_flops`, :func:`count_linear_flops`: FLOPs of linear layers from shapes,
   to declare with ``RankWatch.work``.
+- :func:`announce_checkpoints`, :func:`announced`: checkpoint saves and loads (the
+  ``save``/``load`` of ``torch`` and ``torch.distributed.checkpoint``) and any other
+  long call (an evaluation) announced as phases, so that the hang detector gives them
+  their own bound instead of a training step's (docs/detection.md, "Hangs").
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import time
@@ -361,3 +366,43 @@ def count_linear_flops(module: Any, run: Callable[[], object]) -> tuple[int, str
         for handle in handles:
             handle.remove()
     return total, dtype
+
+
+CHECKPOINT_CALLS = {"save": "checkpoint-save", "load": "checkpoint-load"}
+"""The module functions :func:`announce_checkpoints` wraps, and their phase names."""
+
+
+def announced(
+    rw: RankWatch, phase: str, fn: Callable[..., T], bound_s: float | None = None
+) -> Callable[..., T]:
+    """``fn`` run inside the phase ``phase`` (``RankWatch.phase``), e.g.
+    ``evaluate = announced(rw, "evaluation", evaluate, bound_s=900)``."""
+
+    @functools.wraps(fn)
+    def inside(*args: Any, **kwargs: Any) -> T:
+        with rw.phase(phase, bound_s):
+            return fn(*args, **kwargs)
+
+    return inside
+
+
+def announce_checkpoints(
+    rw: RankWatch, *modules: Any, bound_s: float | None = None
+) -> Callable[[], None]:
+    """Announce each call of the ``save`` and ``load`` of ``modules`` (pass ``torch`` and
+    ``torch.distributed.checkpoint``) as a ``checkpoint-save`` / ``checkpoint-load``
+    phase; returns an undo. Calls through a name bound before this (``from torch
+    import save``) are not seen: announce those with :func:`announced`."""
+    patched: list[tuple[Any, str, Any]] = []
+    for module in modules:
+        for name, phase in CHECKPOINT_CALLS.items():
+            original = getattr(module, name, None)
+            if callable(original):
+                setattr(module, name, announced(rw, phase, original, bound_s))
+                patched.append((module, name, original))
+
+    def undo() -> None:
+        for module, name, original in reversed(patched):
+            setattr(module, name, original)
+
+    return undo

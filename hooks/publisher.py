@@ -142,6 +142,12 @@ class Publisher:
         self._thread = threading.Thread(target=self._run, name="rankwatch-publisher", daemon=True)
         self._thread.start()
 
+    def beat_soon(self) -> None:
+        """Send a heartbeat in the next round, which starts now (a phase began or ended:
+        the hang detector must not wait a heartbeat period to hear of it); never blocks."""
+        self._next_heartbeat = 0.0
+        self._wake.set()
+
     def wake(self) -> None:
         """Ask for a flush soon (a step ended); never blocks."""
         self._wake.set()

@@ -77,6 +77,14 @@ class InFlight(NamedTuple):
     since_ns: int
 
 
+class Phase(NamedTuple):
+    """A long phase outside training steps (heartbeats schema, ``phase``)."""
+
+    name: str
+    since_ns: int
+    bound_s: float
+
+
 class LastDone(NamedTuple):
     optype: str
     seq_id: int
@@ -190,6 +198,7 @@ def encode_heartbeat(
     in_flight: InFlight | None,
     last_done: LastDone | None,
     finished: bool = False,
+    phase: Phase | None = None,
 ) -> bytes:
     """One ``heartbeats`` message: where this rank is now; ``finished`` on a clean exit
     (the hang detector then expects no more heartbeats)."""
@@ -211,4 +220,6 @@ def encode_heartbeat(
     }
     if finished:
         message["state"] = "finished"
+    if phase is not None:
+        message["phase"] = phase._asdict()
     return orjson.dumps(message)

@@ -220,6 +220,12 @@ def op(optype: str, mb: int = -1, chunk: int | None = None, gmc: int | None = No
     return NOOP if rw is None else rw.op(optype, mb, chunk, gmc)
 
 
+def phase(name: str, bound_s: float | None = None) -> Any:
+    """``with rankwatch.hooks.phase("checkpoint-save"):`` (:meth:`RankWatch.phase`)."""
+    rw = _current
+    return NOOP if rw is None else rw.phase(name, bound_s)
+
+
 def step_begin(step: int) -> None:
     if _current is not None:
         _current.step_begin(step)

@@ -35,7 +35,7 @@ from rankwatch.hooks.buffer import RecordBuffer
 from rankwatch.hooks.clock import Clock, OffsetEstimate
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.publisher import Publisher, PublisherConfig, PublisherStats
-from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, encode_heartbeat
+from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, Phase, encode_heartbeat
 from rankwatch.hooks.signals import ALGORITHMS, StepNotes
 from rankwatch.hooks.transports import Transport
 from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig
@@ -99,6 +99,27 @@ class _NoOp:
 
 NOOP = _NoOp()
 
+DEFAULT_PHASE_BOUND_S = 1800.0
+"""How long an announced phase given no bound of its own may last before the hang
+detector calls it a hang: half an hour, a large checkpoint on a slow file system."""
+
+
+class _Phase:
+    """``with rw.phase(name):`` (see :meth:`RankWatch.phase`)."""
+
+    __slots__ = ("bound_s", "name", "rw")
+
+    def __init__(self, rw: RankWatch, name: str, bound_s: float | None) -> None:
+        self.rw, self.name, self.bound_s = rw, name, bound_s
+
+    def __enter__(self) -> _Phase:
+        self.rw.phase_begin(self.name, self.bound_s)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rw.phase_end()
+
+
 MAX_HELD_ENDS = 8
 """Step ends that may wait for a device's ops at once (``RankWatch.release_ends``)."""
 
@@ -127,6 +148,9 @@ class RankWatch:
         self._seq: dict[str, int] = {}
         self._in_flight: tuple[str, int, int, int] | None = None
         self._last_done: tuple[str, int, int, int] | None = None
+        self._phases: list[tuple[str, int, float] | None] = []
+        """Announced phases (name, start as ``clock.read()``, bound), innermost last; None
+        for one refused, so that its end ends it and not the phase around it."""
         self._posted: dict[tuple[int, str, int], tuple[str, int, int, int]] = {}
         """(step, optype, seq) -> in-flight tuple of communication posted, not yet emitted."""
         self._warned: set[str] = set()
@@ -270,6 +294,35 @@ class RankWatch:
                     break
         notes.issue_ns.append(latency_ns)
 
+    # -- phases outside training steps (docs/detection.md, "Hangs") ---------------------
+
+    def phase(self, name: str, bound_s: float | None = None) -> _Phase:
+        """``with rw.phase("checkpoint-save", bound_s=600):`` announces a phase in which
+        the rank may make no step progress for up to ``bound_s`` (default
+        ``DEFAULT_PHASE_BOUND_S``) without the hang detector calling it hung; outside
+        any phase a stall counts after a few step times. A heartbeat goes out at once
+        on entering and leaving, so the detector never judges the phase by the bound of
+        a training step."""
+        return _Phase(self, name, bound_s)
+
+    def phase_begin(self, name: str, bound_s: float | None = None) -> None:
+        """Enter a phase (:meth:`phase`); phases nest, the innermost is the one reported."""
+        if not self.enabled:
+            return
+        bound = DEFAULT_PHASE_BOUND_S if bound_s is None else float(bound_s)
+        if not name or len(name) > 64 or not 0.001 <= bound <= 1e9:
+            self._warn(f"phase {name!r} with bound {bound_s!r} ignored (name 1-64 characters,"
+                       " bound in [0.001, 1e9] s)")  # fmt: skip
+            self._phases.append(None)
+            return
+        self._phases.append((name, self._read(), bound))
+        self.publisher.beat_soon()
+
+    def phase_end(self) -> None:
+        """Leave the innermost phase (one that was refused ends silently)."""
+        if self._phases and self._phases.pop() is not None:
+            self.publisher.beat_soon()
+
     # -- steps -------------------------------------------------------------------------
 
     def step_begin(self, step: int) -> None:
@@ -368,6 +421,8 @@ class RankWatch:
     def _heartbeat(self, finished: bool = False) -> bytes:
         flight = self.in_flight()
         done = self._last_done
+        phases = tuple(self._phases)  # one C-level copy: the training thread may pop
+        phase = next((p for p in reversed(phases) if p is not None), None)
         to_wall = self.clock.to_wall
         return encode_heartbeat(
             self.identity,
@@ -377,6 +432,7 @@ class RankWatch:
             in_flight=None if flight is None else InFlight(*flight[:3], to_wall(flight[3])),
             last_done=None if done is None else LastDone(*done[:3], to_wall(done[3])),
             finished=finished,
+            phase=None if phase is None else Phase(phase[0], to_wall(phase[1]), phase[2]),
         )
 
     def _warn(self, message: str) -> None:

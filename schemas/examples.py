@@ -89,6 +89,7 @@ def _heartbeats() -> dict[str, Any]:
         "in_flight": {"optype": "forward-recv", "seq_id": 12, "mb_id": 4, "since_ns": T0_NS},
         "last_done": {"optype": "forward-compute", "seq_id": 11, "step": 3, "end_ns": T0_NS},
         "pid": 4242,
+        "phase": {"name": "checkpoint-save", "since_ns": T0_NS, "bound_s": 600.0},
     }
 
 

@@ -31,6 +31,8 @@ def register(sub: Any) -> None:
     worker.add_argument("--k", type=float, help="stall after k x median step ([hang] k)")
     worker.add_argument("--floor", type=float, metavar="SECONDS",
                         help="never stalled sooner than this ([hang] floor_s)")  # fmt: skip
+    worker.add_argument("--warmup", type=float, metavar="SECONDS",
+                        help="the bound of a job's first steps ([hang] warmup_s)")  # fmt: skip
     worker.add_argument("--silent-after", type=float, metavar="SECONDS",
                         help="heartbeats missing this long: the rank is silent")  # fmt: skip
     worker.add_argument("--tick", type=float, metavar="SECONDS", help="[hang] tick_s")
@@ -53,6 +55,7 @@ def run_worker(args: argparse.Namespace) -> int:
         "clickhouse.dsn": args.clickhouse,
         "hang.k": args.k,
         "hang.floor_s": args.floor,
+        "hang.warmup_s": args.warmup,
         "hang.silent_after_s": args.silent_after,
         "hang.tick_s": args.tick,
         "hang.offset_reset": args.offset_reset,
@@ -66,7 +69,13 @@ def run_worker(args: argparse.Namespace) -> int:
         tick_s=hang.tick_s,
         offset_reset=hang.offset_reset,
         retire_after_s=hang.retire_after_s,
-        hang=HangConfig(k=hang.k, floor_s=hang.floor_s, silent_after_s=hang.silent_after_s),
+        hang=HangConfig(
+            k=hang.k,
+            floor_s=hang.floor_s,
+            warmup_s=hang.warmup_s,
+            max_phase_s=hang.max_phase_s,
+            silent_after_s=hang.silent_after_s,
+        ),
     )
     prefix = settings.topic_prefix
     kinds = ("heartbeats", "stacks", "alerts", "dead-letters")

@@ -1,12 +1,21 @@
 """Stalled ranks, hung jobs and their culprits, from heartbeats.
 
 A rank is *stalled* when it made no progress (no op started or ended) for longer than
-``max(floor_s, k * median recent step time)`` once it reported its first op, or when
-its heartbeats stopped (the process is gone, stopped, or its machine unreachable). A
-job is *hung* when every rank that has not finished is stalled. Then ranks waiting
+its bound once it reported its first op, or when its heartbeats stopped (the process is
+gone, stopped, or its machine unreachable). The bound is ``max(floor_s, k * median
+recent step time)`` in training steps, ``warmup_s`` until the job has
+``warmup_steps`` step times (compilation, the first batches), and, while the rank is in
+a phase it announced (a checkpoint, an evaluation), that phase's own bound from its
+start, capped at ``max_phase_s``; an announced phase also excuses the rank's silence
+until then (a save can starve the thread that beats). A job is *hung* when every rank
+that has not finished is stalled. Then ranks waiting
 inside a communication op are *waiting*; the others (in compute, in untimed Python, or
 silent) are *culprits*; the ranks absent from the op most waiters sit in are
-*suspects*. One episode per hang, resolved as soon as any rank makes progress again.
+*suspects*. When every rank of a data-parallel group waits, but not all in the same
+collective (a rank called another one, or skipped one), the hang is a *collective
+mismatch*: the ranks away from the group's collective are the culprits, and the summary
+says where each rank of the group waits. One episode per hang, resolved as soon as any
+rank makes progress again.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
-from rankwatch.schemas.optypes import COMMUNICATING
+from rankwatch.schemas.optypes import COMMUNICATING, DP_COLLECTIVES
 
 NS = 1_000_000_000
 
@@ -28,7 +37,14 @@ class HangConfig:
     k: float = 5.0
     """Stall threshold in units of the median recent step time."""
     floor_s: float = 60.0
-    """Never call a rank stalled sooner than this (first steps, slow steps)."""
+    """Never call a rank stalled sooner than this in training steps (slow steps)."""
+    warmup_s: float = 60.0
+    """The bound before the job has ``warmup_steps`` step times: its first steps compile,
+    warm up and wait for the first data, none of which a step time can predict."""
+    warmup_steps: int = 3
+    max_phase_s: float = 4 * 3600.0
+    """An announced phase's bound is the rank's word, capped here: no message can switch
+    hang detection off for a job."""
     silent_after_s: float = 15.0
     """Heartbeats missing this long: the rank is silent (a few heartbeat periods)."""
     step_window: int = 20
@@ -47,6 +63,8 @@ class RankState:
     in_flight: Mapping[str, Any] | None = None
     last_done: Mapping[str, Any] | None = None
     finished: bool = False
+    phase: tuple[str, int, float] | None = None
+    """The phase the rank announced it is in: (name, since_ns, bound_s)."""
     started: bool = False
     """Reported an op at least once: before that (imports, process groups, clock
     alignment under load) the time without progress says nothing about a hang."""
@@ -84,6 +102,10 @@ class _Job:
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=20))
     step_seen: dict[int, tuple[int, int]] = field(default_factory=dict)
     """rank -> (step, time it was first seen in that step)"""
+    first_step: dict[int, int] = field(default_factory=dict)
+    """rank -> the step it was first heard in"""
+    steps_done: int = 0
+    """The most steps any rank went through since first heard (the warm-up's end)."""
     episode: Episode | None = None
     excused_ns: int = 0
     """Until when the worker could not hear this job (:meth:`HangDetector.excuse`): no
@@ -117,13 +139,20 @@ class HangDetector:
         state.in_flight, state.last_done = hb["in_flight"], hb["last_done"]
         state.progress_ns = max(state.progress_ns, progress or 0)
         state.finished = hb.get("state") == "finished"
+        phase = hb.get("phase")
+        state.phase = (
+            None if not phase else (phase["name"], int(phase["since_ns"]), float(phase["bound_s"]))
+        )
         state.started = state.started or progress is not None
         self._note_step(job, rank, hb["step"], state.progress_ns)
 
     def threshold_s(self, job: str) -> float:
+        """The stall bound of the job's ranks in training steps (or warming up)."""
         times = self._jobs[job].step_times if job in self._jobs else ()
-        typical = median(times) if times else 0.0
-        return max(self.config.floor_s, self.config.k * typical)
+        done = self._jobs[job].steps_done if job in self._jobs else 0
+        if done < self.config.warmup_steps or not times:
+            return max(self.config.warmup_s, self.config.floor_s)
+        return max(self.config.floor_s, self.config.k * median(times))
 
     def evaluate(self, now_ns: int) -> list[Episode]:
         """Episodes that opened or resolved since the last call."""
@@ -172,6 +201,8 @@ class HangDetector:
         state = self._jobs.setdefault(job, _Job(step_times=deque(maxlen=self.config.step_window)))
         state.episode = episode
         state.step_times.extend(step_times or ())
+        if step_times:  # a job recalled with its step times is past its warm-up
+            state.steps_done = max(state.steps_done, self.config.warmup_steps)
 
     def step_times(self, job: str) -> list[float]:
         """The job's recent step times (what a restarted worker needs of its baseline)."""
@@ -194,6 +225,10 @@ class HangDetector:
     # -- internals -------------------------------------------------------------------
 
     def _stalled(self, job: str, rank: RankState, now_ns: int, excused_ns: int = 0) -> bool:
+        if rank.phase is not None:  # silent or not: a save may starve the beating thread
+            _, since_ns, bound_s = rank.phase
+            since = max(since_ns, rank.progress_ns, excused_ns)
+            return now_ns - since > min(bound_s, self.config.max_phase_s) * NS
         silent = now_ns - max(rank.heard_ns, excused_ns) > self.config.silent_after_s * NS
         if silent or not rank.started:
             return silent
@@ -219,6 +254,8 @@ class HangDetector:
 
     @staticmethod
     def _note_step(job: _Job, rank: int, step: int, at_ns: int) -> None:
+        first = job.first_step.setdefault(rank, step)
+        job.steps_done = max(job.steps_done, step - first)
         seen = job.step_seen.get(rank)
         if seen is not None and step > seen[0] and at_ns > seen[1]:
             job.step_times.append((at_ns - seen[1]) / NS / (step - seen[0]))
@@ -238,12 +275,19 @@ def _progress_ns(hb: Mapping[str, Any]) -> int | None:
 
 def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) -> Episode:
     waiting = sorted(r.rank for r in ranks if r.waiting and r.rank not in silent)
+    mismatched = _mismatches(ranks, set(waiting))
     # a silent rank last seen waiting in communication is more likely collateral (its
     # launcher ended it) than the cause: the others lead, then by when progress stopped
     culprit_states = sorted(
         (r for r in ranks if r.rank not in waiting),
         key=lambda r: (r.waiting, r.progress_ns, r.rank),
     )
+    if not culprit_states and mismatched:  # everyone waits: those away from their group
+        away = {r.rank for m in mismatched for r in m.away}
+        culprit_states = sorted(
+            (r for r in ranks if r.rank in away), key=lambda r: (r.progress_ns, r.rank)
+        )
+        waiting = [w for w in waiting if w not in away]
     # who stopped first: the culprit whose progress ended earliest. A waiter may have
     # entered its receive before the culprit's last op ended, so the earliest progress
     # over all ranks can name a rank that was only waiting for it.
@@ -254,6 +298,9 @@ def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) ->
     key = f"{job}:{lead.rank}:{lead.progress_ns}".encode()
     episode_id = "hang-" + hashlib.sha1(key).hexdigest()[:16]
     where = _where(lead, lead.rank in silent)
+    summary = _summary(job, lead, where, ranks, waiting, suspects)
+    if mismatched:
+        summary += "; " + "; ".join(m.text for m in mismatched)
     return Episode(
         job=job,
         episode_id=episode_id,
@@ -267,8 +314,50 @@ def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) ->
         first_stopped=lead.rank,
         culprit_hosts=tuple(dict.fromkeys(r.host for r in culprit_states)),
         culprit_where=where,
-        summary=_summary(job, lead, where, ranks, waiting, suspects),
+        summary=summary,
     )
+
+
+@dataclass(frozen=True)
+class _Mismatch:
+    """A data-parallel group whose ranks all wait, in different collectives."""
+
+    away: tuple[RankState, ...]
+    """The ranks not in the group's collective (the most ranks', ties: the earliest)."""
+    text: str
+
+
+def _mismatches(ranks: list[RankState], waiting: set[int]) -> list[_Mismatch]:
+    """Each DP group (same stage, TP and CP rank) in which every rank waits in
+    communication, one of them in a DP collective, not all in the same op: the rank that
+    called another collective, or skipped one, and the peers it left waiting."""
+    groups: dict[tuple[int, int, int], list[RankState]] = {}
+    for r in ranks:
+        groups.setdefault(r.coords[1:], []).append(r)
+    found = []
+    for (pp, tp, cp), members in sorted(groups.items()):
+        if len(members) < 2 or any(m.rank not in waiting for m in members):
+            continue
+        if not any(m.in_flight and m.in_flight["optype"] in DP_COLLECTIVES for m in members):
+            continue
+        by_op: dict[tuple[Any, ...], list[RankState]] = {}
+        for m in sorted(members, key=lambda m: m.rank):
+            by_op.setdefault(_op_key(m), []).append(m)
+        if len(by_op) < 2:
+            continue
+        expected = min(by_op, key=lambda k: (-len(by_op[k]), k[0], str(k[1]), k[2]))
+        where = ", ".join(
+            f"{_ranks_text(rs)} in {key[1]}_{key[2]} of step {key[0]}" for key, rs in by_op.items()
+        )
+        away = tuple(r for key, rs in by_op.items() if key != expected for r in rs)
+        text = f"collective mismatch in the DP group of stage {pp} (tp {tp}, cp {cp}): {where}"
+        found.append(_Mismatch(away, text))
+    return found
+
+
+def _ranks_text(ranks: list[RankState]) -> str:
+    names = ", ".join(str(r.rank) for r in ranks)
+    return f"rank {names}" if len(ranks) == 1 else f"ranks {names}"
 
 
 def _suspects(
@@ -290,6 +379,9 @@ def _op_key(rank: RankState) -> tuple[Any, ...]:
 
 
 def _where(rank: RankState, silent: bool) -> str:
+    if rank.phase is not None:
+        name, _, bound_s = rank.phase
+        return f"in its announced phase {name!r} past its bound ({bound_s:g} s) at step {rank.step}"
     if silent:
         return "silent: no heartbeat (process gone, stopped or unreachable)"
     if rank.in_flight:

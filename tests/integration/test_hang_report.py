@@ -63,7 +63,7 @@ def stacks(rank: int, function: str, sent_ns: int) -> bytes:
 def test_report_names_the_culprit_and_prints_folded_stacks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    svc = HangService(HangConfig(floor_s=5, silent_after_s=3))
+    svc = HangService(HangConfig(floor_s=5, warmup_s=5, silent_after_s=3))
     t0 = time.time_ns()
     out = Output()
     for r in range(4):

@@ -84,7 +84,16 @@ def start_worker(bootstrap: str, tmp: Path) -> HangWorker:
     dsn = f"chdb://{tmp / 'chdb'}"
     env = {**os.environ, "RANKWATCH_TOPIC_PREFIX": prefix, "RANKWATCH_GROUP": f"{prefix}-g"}
     cmd = [sys.executable, "-m", "rankwatch", "hang", "worker", "--kafka", bootstrap]
-    cmd += ["--clickhouse", dsn, "--floor", str(FLOOR_S), "--silent-after", str(SILENT_S)]
+    cmd += [
+        "--clickhouse",
+        dsn,
+        "--floor",
+        str(FLOOR_S),
+        "--warmup",
+        str(FLOOR_S),
+        "--silent-after",
+        str(SILENT_S),
+    ]
     cmd += ["--k", str(K), "--tick", "0.5", "--offset-reset", "earliest"]
     log = tmp / "hang-worker.log"
     with log.open("wb") as out:

@@ -82,7 +82,16 @@ def start_worker(
     env.update(extra)
     env["RANKWATCH_SESSION_TIMEOUT_S"] = "6"  # the killed worker's partition moves on soon
     cmd = [sys.executable, "-m", "rankwatch", "hang", "worker", "--kafka", bootstrap]
-    cmd += ["--clickhouse", dsn, "--floor", str(FLOOR_S), "--silent-after", "10"]
+    cmd += [
+        "--clickhouse",
+        dsn,
+        "--floor",
+        str(FLOOR_S),
+        "--warmup",
+        str(FLOOR_S),
+        "--silent-after",
+        "10",
+    ]
     cmd += ["--tick", "0.3", "--offset-reset", "earliest"]
     cmd += ["--status-file", str(log.with_suffix(".status.json"))]
     with log.open("ab") as out:

@@ -147,7 +147,7 @@ def test_a_clean_finish_raises_nothing() -> None:
 
 
 def test_the_threshold_adapts_to_the_step_time() -> None:
-    det = HangDetector(HangConfig(k=5.0, floor_s=1.0))
+    det = HangDetector(HangConfig(k=5.0, floor_s=1.0, warmup_s=1.0))
     run_steps(det, range(2), 6, period_s=4.0)
     assert det.threshold_s("j") == 20.0
 
@@ -182,3 +182,117 @@ def test_a_waiter_that_entered_its_receive_early_is_not_the_first_stopped() -> N
     (ep,) = opened
     assert ep.culprits == (1,) and ep.waiting == (0, 2, 3)
     assert ep.first_stopped == 1
+
+
+# -- phases and the warm-up bound ------------------------------------------------------
+
+
+def _phase(name: str, since_s: float, bound_s: float) -> dict[str, Any]:
+    return {"name": name, "since_ns": int(since_s * NS), "bound_s": bound_s}
+
+
+def _pause(det: HangDetector, t: float, seconds: int, phase: dict[str, Any] | None) -> list[Any]:
+    """Rank 0 leaves the step loop at ``t`` (saving a checkpoint, say) for ``seconds``;
+    ranks 1-3 wait for it in the next step's all-gather, beating all along."""
+    opened: list[Any] = []
+    for beat in range(1, seconds + 1):
+        now = t + beat
+        extra = {"phase": phase} if phase else {}
+        det.observe(hb(0, 5, t, None, **extra), int(now * NS))
+        for r in (1, 2, 3):
+            det.observe(hb(r, 5, t, "params-all-gather"), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    return opened
+
+
+def test_an_announced_phase_keeps_its_own_bound_and_an_unannounced_pause_does_not() -> None:
+    """A 90 s checkpoint save announced with a 600 s bound raises nothing; the same pause
+    unannounced is a hang once the training-step bound has passed, rank 0 named outside
+    any timed op; a phase past its own bound is a hang too, and says so."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    assert _pause(det, t, 90, _phase("checkpoint-save", t, 600.0)) == []
+
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    (ep,) = _pause(det, t, 90, None)
+    assert ep.culprits == (0,) and "outside any timed op" in ep.culprit_where
+    assert CFG.floor_s <= (ep.declared_ns / NS - t) <= CFG.floor_s + 2
+
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    (ep,) = _pause(det, t, 90, _phase("evaluation", t, 30.0))
+    assert ep.culprits == (0,) and "'evaluation' past its bound (30 s)" in ep.culprit_where
+    assert 30 <= (ep.declared_ns / NS - t) <= 32
+
+
+def test_a_rank_cannot_switch_hang_detection_off_with_a_huge_bound() -> None:
+    det = HangDetector(HangConfig(k=5.0, floor_s=10.0, warmup_s=10.0, max_phase_s=60.0))
+    t = run_steps(det, range(4), 5)
+    (ep,) = _pause(det, t, 90, _phase("checkpoint-save", t, 1e9))
+    assert 60 <= (ep.declared_ns / NS - t) <= 62
+
+
+def test_a_rank_in_its_phase_may_stop_beating_until_the_bound() -> None:
+    """A save that holds the GIL starves the thread that beats: silence inside an
+    announced phase is not a hang before the phase's bound."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    det.observe(hb(0, 5, t, None, phase=_phase("checkpoint-save", t, 120.0)), int(t * NS))
+    opened = []
+    for beat in range(1, 131):
+        now = t + beat
+        for r in (1, 2, 3):
+            det.observe(hb(r, 5, t, "params-all-gather"), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    (ep,) = opened
+    assert 120 <= ep.declared_ns / NS - t <= 122 and ep.culprits == (0,)
+
+
+def test_the_first_steps_get_the_warm_up_bound() -> None:
+    """Before three step times are known a job's ranks get ``warmup_s`` (compilation, the
+    first batches), then the training-step bound."""
+    det = HangDetector(HangConfig(k=5.0, floor_s=5.0, warmup_s=60.0))
+    run_steps(det, range(2), 3)  # two step times
+    assert det.threshold_s("j") == 60.0
+    run_steps(det, range(2), 4)
+    assert det.threshold_s("j") == 5.0
+
+
+def test_a_rank_that_skips_a_collective_is_named_with_where_each_rank_waits() -> None:
+    """Rank 3 skipped step 5's gradient all-reduce and waits in step 6's receive; its DP
+    peer (rank 2) waits in the all-reduce for it: everyone waits, nobody computes. The
+    hang is a collective mismatch naming rank 3, and the summary says where each of the
+    group's ranks waits."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    where = {0: (5, "separate-grads-all-reduce"), 1: (5, "separate-grads-all-reduce"),
+             2: (5, "separate-grads-all-reduce"), 3: (6, "forward-recv")}  # fmt: skip
+    opened = []
+    for beat in range(1, 40):
+        now = t + beat
+        for r, (step, optype) in where.items():
+            det.observe(hb(r, step, t + 0.1 * r, optype), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    (ep,) = opened
+    assert ep.culprits == (3,) and ep.first_stopped == 3 and 3 not in ep.waiting
+    assert "forward-recv_0 (microbatch -1) of step 6" in ep.culprit_where
+    assert (
+        "collective mismatch in the DP group of stage 1 (tp 0, cp 0): rank 2 in"
+        " separate-grads-all-reduce_0 of step 5, rank 3 in forward-recv_0 of step 6"
+    ) in ep.summary
+    assert "stage 0" not in ep.summary  # ranks 0 and 1 wait in the same all-reduce
+
+
+def test_a_stopped_rank_is_no_collective_mismatch() -> None:
+    """Every DP peer in the same collective, one rank silent: an ordinary hang."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    opened = []
+    for beat in range(1, 40):
+        now = t + beat
+        for r in (0, 1, 2):
+            det.observe(hb(r, 5, t, "separate-grads-all-reduce"), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    (ep,) = opened
+    assert ep.culprits == (3,) and "mismatch" not in ep.summary

@@ -59,7 +59,7 @@ def dump(rank: int, fn: str, sent_s: float = 2.5) -> bytes:
 
 
 def test_episode_rows_stacks_and_a_single_firing_then_resolved_alert() -> None:
-    svc = HangService(HangConfig(floor_s=5, silent_after_s=3))
+    svc = HangService(HangConfig(floor_s=5, warmup_s=5, silent_after_s=3))
     for r in range(3):
         svc.on_heartbeat(heartbeat(r, 1, 0.0, "forward-compute"), SRC, 0)
     for r in (0, 1):
@@ -89,7 +89,7 @@ def test_a_dump_from_before_the_ranks_last_progress_is_left_out_of_the_episode()
     """Rank 2 waited long enough for a dump at 2.5 s, got out of that wait, and stopped
     at 3 s: its old dump says nothing of where it is stuck, so the waits of ranks 0 and
     1 are shown without it and rank 2 is in no path."""
-    svc = HangService(HangConfig(floor_s=5, silent_after_s=3))
+    svc = HangService(HangConfig(floor_s=5, warmup_s=5, silent_after_s=3))
     for r in (0, 1):
         svc.on_stacks(dump(r, "all_reduce_wait", sent_s=5.0), Source("rankwatch.stacks"), 5 * NS)
     svc.on_heartbeat(heartbeat(2, 1, 0.5, "forward-recv"), SRC, NS)
@@ -115,7 +115,7 @@ def test_a_restarted_service_reopens_the_stored_episode_and_resolves_it_once() -
     """A worker killed mid-episode: the next one recalls the episode from its stored
     firing alert, does not declare it again while the ranks stay stuck, and sends the
     one resolved alert when a rank progresses."""
-    config = HangConfig(floor_s=4, silent_after_s=30)
+    config = HangConfig(floor_s=4, warmup_s=4, silent_after_s=30)
     first = HangService(config)
     for rank in range(3):
         first.on_heartbeat(

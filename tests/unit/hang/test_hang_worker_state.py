@@ -36,7 +36,9 @@ def beat(rank: int, since_ns: int) -> bytes:
 def test_alert_waits_for_its_rows_and_bad_input_becomes_a_dead_letter() -> None:
     now = [100 * NS]
     store = MemoryStore(down=True)
-    settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
+    settings = HangSettings(
+        "b", "chdb://unused", hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=30)
+    )
     state = HangState(settings, store=store, clock=lambda: now[0])  # type: ignore[arg-type]
     src = Source("p.heartbeats")
     for rank in (0, 1):
@@ -65,7 +67,7 @@ def test_a_stored_alert_never_recorded_as_sent_is_sent_by_the_next_worker(
     chDB store) reopens the episode, sends the alert once, and once it is recorded as
     sent, a third worker sends nothing."""
     dsn = f"chdb://{tmp_path / 'chdb'}"
-    settings = HangSettings("b", dsn, hang=HangConfig(floor_s=4, silent_after_s=30))
+    settings = HangSettings("b", dsn, hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=30))
     now = [100 * NS]
     src = Source("p.heartbeats")
 
@@ -114,7 +116,9 @@ def test_the_step_time_baseline_survives_a_restart(tmp_path: Path) -> None:
     """Steps of 20 s: the stall threshold is 5 x 20 s, and stays so for the next worker
     (not the 4 s floor, which would call the next slow step a hang)."""
     settings = HangSettings(
-        "b", f"chdb://{tmp_path / 'chdb'}", hang=HangConfig(floor_s=4, silent_after_s=300)
+        "b",
+        f"chdb://{tmp_path / 'chdb'}",
+        hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=300),
     )
     now = [1000 * NS]
     src = Source("p.heartbeats")
@@ -139,7 +143,9 @@ def test_a_job_met_first_holds_its_heartbeats_until_recalled_and_others_go_on() 
     held (the job is not judged), the other jobs' are taken as they come, and once the
     lookup answers the held ones are taken at the times they came."""
     now = [100 * NS]
-    settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
+    settings = HangSettings(
+        "b", "chdb://unused", hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=30)
+    )
     state = HangState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
     src = Source("p.heartbeats")
     state.on_heartbeat(beat(0, now[0]), src)  # job j
@@ -202,7 +208,9 @@ def test_a_job_whose_partition_went_to_another_worker_is_forgotten_not_declared(
     """After a rebalance a job's heartbeats go to its new owner: kept here, its ranks
     would fall silent and the job be declared hung. Jobs that stay keep their state."""
     now = [100 * NS]
-    settings = HangSettings("b", "chdb://unused", hang=HangConfig(floor_s=4, silent_after_s=30))
+    settings = HangSettings(
+        "b", "chdb://unused", hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=30)
+    )
     state = HangState(settings, store=MemoryStore(), clock=lambda: now[0])  # type: ignore[arg-type]
     state.on_heartbeat(beat(0, now[0]), Source("p.heartbeats", 0, key=b"j"))
     state.on_heartbeat(beat(0, now[0]).replace(b'"j"', b'"k"'), Source("p.heartbeats", 1, key=b"k"))
@@ -236,7 +244,7 @@ def test_a_job_silent_for_retire_after_s_is_forgotten_and_its_episode_recalled(
         "b",
         f"chdb://{tmp_path / 'chdb'}",
         retire_after_s=600.0,
-        hang=HangConfig(floor_s=4, silent_after_s=30),
+        hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=30),
     )
     now = [100 * NS]
     src = Source("p.heartbeats", 0, key=b"j")
@@ -267,7 +275,10 @@ def test_a_job_whose_rows_are_not_stored_is_not_retired() -> None:
     """Retired before its episode is stored, a job beating again would find nothing in
     the store and be declared hung a second time."""
     settings = HangSettings(
-        "b", "chdb://unused", retire_after_s=600.0, hang=HangConfig(floor_s=4, silent_after_s=30)
+        "b",
+        "chdb://unused",
+        retire_after_s=600.0,
+        hang=HangConfig(floor_s=4, warmup_s=4, silent_after_s=30),
     )
     now = [100 * NS]
     store = MemoryStore(down=True)

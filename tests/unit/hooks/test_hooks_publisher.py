@@ -223,6 +223,28 @@ def test_heartbeats_say_what_is_in_flight() -> None:
     assert last["state"] == "finished" and last["last_done"]["optype"] == "forward-compute"
 
 
+def test_a_phase_is_announced_at_once_and_ends_with_its_block() -> None:
+    """``with rw.phase(...)``: the next round beats at once, whatever the heartbeat period
+    (1e9 s here), carrying the phase; leaving it beats again without it. A bound the
+    schema cannot carry is warned about and announces nothing."""
+    wire = Wire()
+    rw = make(wire)
+    rw.publisher.step_once(now=0.0)  # the first beat; the next is 1e9 s away
+    with rw.phase("checkpoint-save", bound_s=600):
+        rw.publisher.step_once(now=1.0)
+        with pytest.warns(RuntimeWarning, match="phase 'x' with bound -1"):
+            rw.phase_begin("x", bound_s=-1)
+        rw.phase_end()  # ends the ignored phase, not the save around it
+        rw.publisher.step_once(now=2.0)  # no beat due
+    rw.publisher.step_once(now=3.0)
+    beats = [decode("heartbeats", v) for k, v in wire.messages if k == "heartbeats"]
+    assert [b.get("phase") is not None for b in beats] == [False, True, False]
+    assert beats[2]["sent_ns"] > beats[1]["sent_ns"]
+    assert beats[1]["phase"]["name"] == "checkpoint-save" and beats[1]["phase"]["bound_s"] == 600
+    assert beats[1]["phase"]["since_ns"] <= beats[1]["sent_ns"]
+    rw.close()
+
+
 def test_the_thread_flushes_on_step_end() -> None:
     wire = Wire()
     rw = RankWatch(IDENT, SinkTransport(wire.deliver), publisher=PublisherConfig(heartbeat_s=60))

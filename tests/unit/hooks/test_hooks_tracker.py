@@ -17,6 +17,7 @@ from rankwatch.hooks.clock import Clock
 from rankwatch.hooks.identity import Identity
 from rankwatch.hooks.integrations import (
     LocalTimings,
+    announce_checkpoints,
     timed_batches,
     timed_comm_hook,
     timed_optimizer,
@@ -25,6 +26,7 @@ from rankwatch.hooks.integrations import (
 )
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.transports import SinkTransport
+from rankwatch.schemas.codec import decode
 
 IDENT = Identity(job="j", host="h", rank=5, dp_rank=1, pp_rank=2, dp_size=2, pp_size=4)
 
@@ -274,3 +276,32 @@ def test_importing_the_hooks_loads_neither_numpy_nor_kafka_nor_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_checkpoint_calls_are_announced_as_phases_and_undone() -> None:
+    """``announce_checkpoints(rw, torch)`` wraps the module's save and load: each runs
+    inside its phase (what the heartbeats carry), an error still ends the phase, and
+    the undo puts the originals back."""
+    rw = tracker()
+    seen: list[str | None] = []
+
+    def where() -> str | None:  # what a heartbeat sent now would say
+        got = decode("heartbeats", rw._heartbeat()).get("phase")
+        return None if got is None else got["name"]
+
+    def save(obj: object, path: str) -> None:
+        seen.append(where())
+
+    def load(path: str) -> object:
+        seen.append(where())
+        raise OSError("no such file")
+
+    module = SimpleNamespace(save=save, load=load, other=save)
+    undo = announce_checkpoints(rw, module, bound_s=900)
+    module.save({}, "x")
+    with pytest.raises(OSError):
+        module.load("x")
+    assert seen == ["checkpoint-save", "checkpoint-load"] and where() is None
+    undo()
+    assert module.save is save and module.load is load
+    rw.close()
