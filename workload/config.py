@@ -75,6 +75,15 @@ class WorkloadConfig:
     """MASTER_ADDR when not 127.0.0.1 (reachable from inside ``netns``)."""
     shape_cmd: str = ""
     """Shell command rank 0 runs at the start of step ``fault_from`` (traffic shaping)."""
+    pause_every: int = 0
+    """0: no pauses; k: rank ``pause_rank`` stops for ``pause_s`` after every k-th step
+    from ``fault_from`` (a checkpoint save, an evaluation), its peers waiting for it."""
+    pause_s: float = 0.0
+    pause_rank: int = 0
+    pause_phase: str = "checkpoint-save"
+    """The phase the pause is announced as (``RankWatch.phase``); empty: unannounced."""
+    pause_bound_s: float = 0.0
+    """The announced phase's bound (0: the hooks' default)."""
     seed: int = 0
     timeout_s: float = 120.0
     """Process group timeout (subgroups get it explicitly)."""
@@ -105,6 +114,16 @@ class WorkloadConfig:
     def faulty(self, rank: int, chosen: int, step: int) -> bool:
         """Whether a fault aimed at ``chosen`` (-1: every rank) hits ``rank`` at ``step``."""
         return step >= self.fault_from and chosen in (-1, rank)
+
+    def pauses(self, rank: int, step: int) -> bool:
+        """Whether ``rank`` pauses after ``step`` (see ``pause_every``)."""
+        every = self.pause_every
+        return (
+            every > 0
+            and rank == self.pause_rank
+            and self.faulty(rank, rank, step)
+            and (step % every == every - 1)
+        )
 
     def in_netns(self, rank: int) -> bool:
         return bool(self.netns) and str(rank) in self.netns_ranks.split(",")

@@ -279,6 +279,8 @@ class Rank:
             steps.append({"step": step, "start_ns": start, "end_ns": self.clock.now_ns()})
             if cfg.inter_s and cfg.faulty(self.rank, cfg.inter_rank, step):
                 _busy(cfg.inter_s)
+            if cfg.pauses(self.rank, step):
+                self._pause()
         stats = self.rw.close().as_dict() if self.rw is not None else {}
         gc.enable()
         return {
@@ -316,6 +318,14 @@ class Rank:
             self.optimizer.zero_grad(set_to_none=False)
         if rw is not None:
             rw.step_end()
+
+    def _pause(self) -> None:
+        """A checkpoint-like stop outside the steps, announced as a phase if so set."""
+        cfg, rw = self.cfg, self.rw
+        bound = cfg.pause_bound_s or None
+        phase = rw.phase(cfg.pause_phase, bound) if rw is not None and cfg.pause_phase else None
+        with phase or _Null():
+            time.sleep(cfg.pause_s)
 
     def _all_reduce_grads(self) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]

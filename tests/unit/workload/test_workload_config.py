@@ -32,3 +32,10 @@ def test_faults_start_at_fault_from_on_the_chosen_ranks() -> None:
     assert cfg.faulty(2, -1, 3) and not cfg.faulty(2, -1, 2)
     assert cfg.faulty(2, 2, 4) and not cfg.faulty(1, 2, 4)
     assert cfg.in_netns(3) and not cfg.in_netns(0) and not cfg.in_netns(13)
+
+
+def test_pauses_fall_after_every_kth_step_of_the_chosen_rank() -> None:
+    cfg = WorkloadConfig(pause_every=3, pause_s=1.0, pause_rank=2, fault_from=4)
+    assert [s for s in range(12) if cfg.pauses(2, s)] == [5, 8, 11]
+    assert not any(cfg.pauses(0, s) for s in range(12))
+    assert not any(WorkloadConfig(pause_rank=2).pauses(2, s) for s in range(12))
