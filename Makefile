@@ -67,7 +67,7 @@ $(DEMO_STAMP): pyproject.toml setup.py Makefile
 $(DEV_STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
-	$(PY) -m pip install --quiet -e '.[stream,grafana,torch,dev]'
+	$(PY) -m pip install --quiet -e '.[stream,grafana,host,torch,dev]'
 	touch $@
 
 install: $(DEV_STAMP)

@@ -185,11 +185,9 @@ def _servers(bootstrap: str) -> frozenset[str]:
     return frozenset(part.strip() for part in bootstrap.split(",") if part.strip())
 
 
-def kafka_sweeper(
-    bootstrap: str, directory: Path, default_prefix: str
-) -> tuple[SpoolSweeper, Callable[[], None]]:
-    """A sweeper sending with producers of its own (the agent's and the relay's run on
-    other threads), one per topic it meets, and what closes them."""
+def kafka_senders(bootstrap: str) -> tuple[Send, Callable[[], None]]:
+    """A :data:`Send` with producers of its own (the agent's and the relay's run on other
+    threads), one per topic it meets, and what closes them."""
     from rankwatch.agent.outbox import KafkaTransport
     from rankwatch.agent.relay import KafkaSender
 
@@ -204,6 +202,14 @@ def kafka_sweeper(
         for sender in senders.values():
             sender.close()
 
+    return send, close
+
+
+def kafka_sweeper(
+    bootstrap: str, directory: Path, default_prefix: str
+) -> tuple[SpoolSweeper, Callable[[], None]]:
+    """A sweeper sending with producers of its own, and what closes them."""
+    send, close = kafka_senders(bootstrap)
     sweeper = SpoolSweeper(directory, send, default_prefix=default_prefix, kafka=bootstrap)
     return sweeper, close
 

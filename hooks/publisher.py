@@ -40,6 +40,7 @@ from rankwatch.hooks.records import MAX_STEPS_DONE, encode_ops
 from rankwatch.hooks.signals import StepSummaries
 from rankwatch.hooks.transports import Transport
 from rankwatch.schemas.batching import MAX_STEPS, BatchingRule, StepHold
+from rankwatch.schemas.beacon import Beacon
 from rankwatch.schemas.spool import Message, Spool
 
 _RULE = BatchingRule()
@@ -76,6 +77,8 @@ class PublisherStats:
     send_failures: int = 0
     heartbeats_sent: int = 0
     heartbeats_dropped: int = 0
+    beacon_errors: int = 0
+    """Heartbeats the beacon file could not take (the disk full, the folder gone)."""
     stacks_sent: int = 0
     stacks_dropped: int = 0
     errors: int = 0
@@ -110,6 +113,7 @@ class Publisher:
         spool: Spool | None = None,
         heartbeat: Callable[[bool], bytes] | None = None,
         watchdog: Callable[[], bytes | None] | None = None,
+        beacon: Beacon | None = None,
     ) -> None:
         self.identity = identity
         self.buffer = buffer
@@ -119,6 +123,9 @@ class Publisher:
         self.spool = spool
         self.heartbeat = heartbeat
         self.watchdog = watchdog
+        self.beacon = beacon
+        """Each heartbeat also goes into this file, for the host's agent (removed at a
+        clean end): a rank whose heartbeats stop is looked at from outside."""
         self.stats = PublisherStats()
         self._pending: dict[int, list[tuple]] = {}  # step -> records not yet sent
         self._counts: dict[int, int] = {}  # step -> records of it handed to messages
@@ -357,7 +364,13 @@ class Publisher:
 
     def _send_heartbeat(self, finished: bool = False) -> None:
         assert self.heartbeat is not None
-        ok = self._send([Message("heartbeats", self.heartbeat(finished), 0)])
+        value = self.heartbeat(finished)
+        if self.beacon is not None:
+            try:  # written even when the send fails: the process lives, says the file
+                self.beacon.remove() if finished else self.beacon.write(value)
+            except OSError:
+                self.stats.beacon_errors += 1
+        ok = self._send([Message("heartbeats", value, 0)])
         if ok[0]:
             self.stats.heartbeats_sent += 1
         else:

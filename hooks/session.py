@@ -52,6 +52,7 @@ from rankwatch.hooks.transports import (
     Transport,
 )
 from rankwatch.hooks.watchdog import WatchdogConfig
+from rankwatch.schemas.beacon import Beacon, beats_dir
 from rankwatch.schemas.spool import DEFAULT_MAX_BYTES as DEFAULT_SPOOL_BYTES
 from rankwatch.schemas.spool import SUFFIX as SPOOL_SUFFIX
 from rankwatch.schemas.spool import Spool, SpoolBusy, default_spool_dir, private_dir
@@ -83,6 +84,10 @@ class HooksConfig:
     """The Unix socket of this host's relay (``rankwatch relay``), which bundles the
     host's ranks' small op messages into one; empty: none. Only with ``kafka``, which
     the rest goes to (and every message the relay does not take)."""
+    beacon: bool = True
+    """With Kafka: each heartbeat also goes into a file beside the spool
+    (``schemas/beacon.py``), where the host's agent sees a rank whose heartbeats stopped
+    and takes its stack from outside; ``RANKWATCH_BEACON=off`` for none."""
 
     def __post_init__(self) -> None:
         if self.ops_from not in OPS_FROM:
@@ -101,6 +106,7 @@ class HooksConfig:
             "spool_dir": env.get("RANKWATCH_HOOKS_SPOOL", ""),
             "ops_from": env.get("RANKWATCH_OPS_FROM", "all").lower(),
             "relay": env.get("RANKWATCH_RELAY", ""),
+            "beacon": env.get("RANKWATCH_BEACON", "on").lower() not in OFF_VALUES,
         }
         values.update({k: v for k, v in given.items() if v is not None})
         return with_env_overrides(cls(**values), env)
@@ -139,6 +145,7 @@ def init(
     if destination is None:
         return None
     transport, spool = destination
+    beacon = open_beacon(config, identity) if config.kafka and sink is None else None
     publisher = replace(config.publisher, send_ops=config.sends_ops(identity))
     _current = RankWatch(
         identity,
@@ -148,6 +155,7 @@ def init(
         publisher=publisher,
         spool=spool,
         watchdog=config.watchdog,
+        beacon=beacon,
     )
     atexit.register(_current.close)
     return _current
@@ -176,6 +184,22 @@ def open_spool(config: HooksConfig, identity: Identity) -> Spool | None:
     except OSError as exc:
         log.warning("rankwatch hooks: no spool (%s): records the broker misses are lost", exc)
         return None
+
+
+def open_beacon(config: HooksConfig, identity: Identity) -> Beacon | None:
+    """This rank's beacon (``schemas/beacon.py``), beside its spool (the default folder
+    when the spool is off), or None (switched off, or the folder cannot be used: said
+    in the log)."""
+    if not config.beacon:
+        return None
+    off = config.spool_dir.lower() in OFF_VALUES | {"none"}
+    base = default_spool_dir() if off or not config.spool_dir else Path(config.spool_dir)
+    try:
+        folder = private_dir(beats_dir(private_dir(base)))
+    except OSError as exc:
+        log.warning("rankwatch hooks: no beacon (%s): the host agent cannot see this rank", exc)
+        return None
+    return Beacon(folder, identity.job, identity.rank, config.topic_prefix)
 
 
 def _destination(

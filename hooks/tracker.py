@@ -39,6 +39,7 @@ from rankwatch.hooks.records import KNOWN_OPTYPES, InFlight, LastDone, Phase, en
 from rankwatch.hooks.signals import ALGORITHMS, StepNotes
 from rankwatch.hooks.transports import Transport
 from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig
+from rankwatch.schemas.beacon import Beacon
 from rankwatch.schemas.optypes import COMMUNICATING, COMPUTE
 from rankwatch.schemas.spool import Spool
 
@@ -137,6 +138,7 @@ class RankWatch:
         enabled: bool = True,
         start: bool = True,
         watchdog: WatchdogConfig | None = None,
+        beacon: Beacon | None = None,
     ) -> None:
         self.identity = identity
         self.enabled = enabled
@@ -187,6 +189,7 @@ class RankWatch:
             spool=spool,
             heartbeat=self._heartbeat,
             watchdog=self.watchdog.check,
+            beacon=beacon,
         )
         if start and enabled:
             self.publisher.start()

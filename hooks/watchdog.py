@@ -7,15 +7,14 @@ publisher round (every ``flush_interval_s``), reads the op in flight that the tr
 already keeps for its heartbeats (nothing is added on the hot path), and when that op
 has been in flight longer than ``threshold_s`` returns one ``stacks`` message (schema
 ``stacks.v1``), once per stuck op. Python frames come from ``sys._current_frames()``;
-native frames are added from ``py-spy dump`` when that executable is on PATH (never
-required). Frames are listed outermost first. Nothing here raises into the caller.
+native frames are added from ``py-spy dump`` when that executable is on PATH or beside
+this Python (never required). Frames are listed outermost first. Nothing here raises
+into the caller.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -23,14 +22,9 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-import orjson
-
 from rankwatch.hooks.identity import Identity
-
-STACKS_VERSION = 1
-MAX_THREADS = 4096
-MAX_FRAMES = 2048
-"""The schema's limits; deeper stacks keep their innermost frames (where it waits)."""
+from rankwatch.schemas import stackdump
+from rankwatch.schemas.stackdump import MAX_FRAMES, MAX_THREADS
 
 InFlightTuple = tuple[str, int, int, int]
 """The tracker's op in flight: (optype, seq_id, mb_id, start as ``clock.read()``)."""
@@ -102,17 +96,8 @@ def encode_stacks(
     identity: Identity, sent_ns: int, reason: str, threads: list[dict[str, Any]]
 ) -> bytes:
     """One ``stacks`` v1 message."""
-    return orjson.dumps(
-        {
-            "schema": "stacks",
-            "version": STACKS_VERSION,
-            "job": identity.job,
-            "host": identity.host,
-            "rank": identity.rank,
-            "sent_ns": sent_ns,
-            "reason": reason[:1024],
-            "threads": threads,
-        }
+    return stackdump.encode_stacks(
+        identity.job, identity.host, identity.rank, sent_ns, reason, threads
     )
 
 
@@ -153,37 +138,9 @@ def _frames(frame: FrameType | None) -> list[dict[str, Any]]:
 
 
 def native_threads(pid: int, timeout_s: float) -> list[dict[str, Any]]:
-    """Native frames of every thread from ``py-spy dump --native --json``; [] when py-spy
-    is absent, not permitted to attach (py-spy is our child, and Yama's default
-    ``ptrace_scope=1`` lets no child trace its parent without ``CAP_SYS_PTRACE``), or
-    says something unexpected."""
-    exe = shutil.which("py-spy")
-    if exe is None:
-        return []
-    cmd = [exe, "dump", "--native", "--json", "--pid", str(pid)]
-    try:
-        done = subprocess.run(cmd, capture_output=True, timeout=timeout_s, check=False)
-        if done.returncode != 0:
-            return []
-        return [_native_thread(t) for t in orjson.loads(done.stdout)]
-    except Exception:
-        return []
-
-
-def _native_thread(thread: dict[str, Any]) -> dict[str, Any]:
-    """py-spy lists frames innermost first; the schema wants outermost first."""
-    frames = [
-        {
-            "file": str(f.get("filename") or f.get("module") or "?")[:4096],
-            "line": max(int(f.get("line") or 0), 0),
-            "function": str(f.get("name") or "?")[:1024],
-        }
-        for f in thread.get("frames", [])[:MAX_FRAMES]
-    ]
-    frames.reverse()
-    return {
-        "name": str(thread.get("thread_name") or thread.get("thread_id"))[:256],
-        "thread_id": max(int(thread.get("thread_id") or 0), 0),
-        "native": True,
-        "frames": frames,
-    }
+    """Native frames of every thread from ``py-spy dump --native`` (``schemas/stackdump.py``);
+    [] when py-spy is absent, not permitted to attach (py-spy is our child, and Yama's
+    default ``ptrace_scope=1`` lets no child trace its parent without ``CAP_SYS_PTRACE``),
+    or says something unexpected."""
+    threads, _ = stackdump.dump_threads(pid, timeout_s, native=True)
+    return threads

@@ -10,7 +10,10 @@ Sample this machine's metrics once a second (CPU, memory, network, disk, ECN mar
 RDMA throughput and CNP/ECN counters from sysfs; GPUs through NVML when pynvml is
 installed) and publish them to <prefix>.metrics,
 tagged with the job and host. With --pid, treat each given process as a machine
-(its CPU, run-queue wait, memory, faults, I/O and the network of its namespace)."""
+(its CPU, run-queue wait, memory, faults, I/O and the network of its namespace).
+Also sends the spools that ranks of this host left behind, and (without --pid) takes
+the stack of a rank of this host whose heartbeats stopped, from outside, with py-spy
+(agent/stacks.py; needs ptrace rights: root or CAP_SYS_PTRACE)."""
 
 
 def register(subparsers: Any) -> None:
@@ -50,6 +53,11 @@ def add_spool_arguments(parser: Any) -> None:
         " are sent to <prefix>.ops every 10 s",
     )
     parser.add_argument("--no-sweep", action="store_true", help="do not send left spools")
+    parser.add_argument(
+        "--no-stacks",
+        action="store_true",
+        help="do not take the stacks of this host's silent ranks from outside (py-spy)",
+    )
 
 
 def start_sweeper(args: argparse.Namespace, config: Any, bootstrap: str, stop: Any) -> Any:
@@ -70,6 +78,32 @@ def start_sweeper(args: argparse.Namespace, config: Any, bootstrap: str, stop: A
     thread = sweep_in_background(sweeper, stop)
 
     def finish() -> None:  # once ``stop`` is set: the sweep under way ends first
+        thread.join(timeout=30)
+        close()
+
+    return finish
+
+
+def start_stack_taker(args: argparse.Namespace, config: Any, bootstrap: str, stop: Any) -> Any:
+    """The stack taker's closer (None when there is none to run: --no-stacks, no
+    Kafka): it watches the beacons beside the spool directory (agent/stacks.py)."""
+    from pathlib import Path
+
+    from rankwatch.agent.spools import kafka_senders
+    from rankwatch.agent.stacks import StackTaker, take_in_background
+    from rankwatch.hooks.session import OFF_VALUES
+    from rankwatch.schemas.beacon import beats_dir
+    from rankwatch.schemas.spool import default_spool_dir
+
+    where = args.spool_dir or config.host.spool_dir
+    if args.no_stacks or not bootstrap:
+        return None
+    off = where.lower() in OFF_VALUES | {"none"}
+    folder = beats_dir(default_spool_dir() if off or not where else Path(where))
+    send, close = kafka_senders(bootstrap)
+    thread = take_in_background(StackTaker(folder, send), stop)
+
+    def finish() -> None:
         thread.join(timeout=30)
         close()
 
@@ -135,12 +169,15 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     bootstrap = "" if args.stdout else (args.kafka or config.kafka.bootstrap)
-    close_sweeper = start_sweeper(args, config, bootstrap, stop)
+    closers = [start_sweeper(args, config, bootstrap, stop)]
+    if not args.pid:  # one agent per host: the host's ranks are its own to look at
+        closers.append(start_stack_taker(args, config, bootstrap, stop))
     run_agents(agents, args.interval, stop, count=args.count)
     stop.set()
     outbox.close()
-    if close_sweeper is not None:
-        close_sweeper()
+    for close in closers:
+        if close is not None:
+            close()
     c = outbox.counters
     print(
         f"rankwatch agent: {c.sent} sent, {c.dropped_full + c.dropped_failed} dropped, "

@@ -92,7 +92,7 @@ SELECT episode_id, time, resolved_at, step, culprit_ranks, waiting_ranks, silent
 FROM hangs FINAL WHERE job = {job:String} ORDER BY time DESC
 """
 STACKS_SQL = """
-SELECT stack, native, n_ranks, ranks_text, absent_ranks_text
+SELECT stack, native, n_ranks, ranks, ranks_text, absent_ranks_text
 FROM stacks FINAL WHERE job = {job:String} AND episode_id = {episode:String}
 ORDER BY n_ranks DESC, stack
 """
@@ -129,7 +129,16 @@ def run_report(args: argparse.Namespace) -> int:
         f"waiting: {format_ranges(episode['waiting_ranks'])}; "
         f"silent: {format_ranges(episode['silent_ranks']) or '-'}"
     )
-    print("\nmerged stacks (ranks in the path | ranks not in it):")
+    culprits = set(episode["culprit_ranks"])
+    own = [s for s in stacks if culprits & set(s["ranks"])]
+    if own:  # where the culprits themselves are: what a person asks first
+        print("\nthe culprits' own stacks (ranks in the path | ranks not in it):")
+        for s in own:
+            print(f"  [{s['ranks_text']} | {s['absent_ranks_text'] or '-'}] {s['stack']}")
+    else:
+        print(f"\nno stack of the culprits ({format_ranges(sorted(culprits))}) was taken")
+    print("\nmerged stacks of the others (ranks in the path | ranks not in it):")
     for s in stacks:
-        print(f"  [{s['ranks_text']} | {s['absent_ranks_text'] or '-'}] {s['stack']}")
+        if s not in own:
+            print(f"  [{s['ranks_text']} | {s['absent_ranks_text'] or '-'}] {s['stack']}")
     return 0

@@ -89,5 +89,19 @@ def test_report_names_the_culprit_and_prints_folded_stacks(
     text = capsys.readouterr().out
     assert "culprits: 2 on node1" in text and "waiting: 0-1,3" in text
     assert "[0-1,3 | 2] train.py:main;train.py:all_reduce" in text
+    assert "no stack of the culprits (2) was taken" in text
     assert main(["hang", "report", "j", "--clickhouse", dsn, "--folded"]) == 0
     assert capsys.readouterr().out == "train.py:main;train.py:all_reduce 3\n"
+
+    # the host agent's dump of the stopped rank, taken from outside, comes in later
+    late = t0 + 12 * NS
+    rows = svc.on_stacks(stacks(2, "forward_stopped_here", late), Source("st"), late)
+    with Store.connect(dsn) as store:
+        sink = TableSink(store)
+        sink.write(rows)
+        sink.flush()
+    assert main(["hang", "report", "j", "--clickhouse", dsn]) == 0
+    own, _, others = capsys.readouterr().out.partition("merged stacks of the others")
+    assert "the culprits' own stacks" in own
+    assert "[2 | 0-1,3] train.py:main;train.py:forward_stopped_here" in own
+    assert "[0-1,3 | 2] train.py:main;train.py:all_reduce" in others

@@ -11,6 +11,7 @@ from rankwatch.hooks.publisher import PublisherConfig
 from rankwatch.hooks.tracker import RankWatch
 from rankwatch.hooks.transports import SinkTransport
 from rankwatch.hooks.watchdog import Watchdog, WatchdogConfig, native_threads
+from rankwatch.schemas import stackdump
 from rankwatch.schemas.codec import decode
 
 IDENT = Identity(job="j", host="h", rank=3, dp_rank=1, pp_rank=1, dp_size=2, pp_size=2)
@@ -81,8 +82,9 @@ def test_idle_rank_or_switched_off_never_dumps() -> None:
 
 
 def test_without_py_spy_native_frames_are_simply_absent(monkeypatch: Any) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(stackdump, "py_spy", lambda: None)
     assert native_threads(1, 1.0) == []
+    assert stackdump.dump_threads(1, 1.0) == ([], "py-spy is not installed")
 
 
 def test_tracker_sees_a_posted_p2p_wait_as_in_flight_and_publishes_its_stacks() -> None:
