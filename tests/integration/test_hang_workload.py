@@ -181,19 +181,30 @@ def test_sigstop_names_the_stopped_rank_and_sigcont_resolves(
     # each step waiting for them, and on a loaded machine one such wait can outlast the
     # watchdog: stopped there, it is truly inside the collective the others wait in, and
     # its last dump rightly shows it in that path (1 run in 10 under load 5, before).
-    cfg = w.workload(job="hang-stop", steps=3000, slow_rank=STOPPED, slow_matmuls=60)
+    spool = tmp_path / "spool"  # the ranks' beacons go beside it, where the agent looks
+    cfg = w.workload(
+        job="hang-stop", steps=3000, slow_rank=STOPPED, slow_matmuls=60, spool_dir=str(spool)
+    )
+    agent = start_agent(w, cfg.job, spool, tmp_path / "agent.log")
     job = launch(cfg, tmp_path / "out")
     try:
         pids = ranks_running(w, cfg.job, cfg.world)
         stopped_ns = time.time_ns()
         os.kill(pids[STOPPED], signal.SIGSTOP)
         firing = w.alerts(for_job(cfg.job, "firing"), timeout_s=30)
+        outside = consume(w.bootstrap, f"{w.prefix}.stacks", _outside(cfg.job), 60)
         os.kill(pids[STOPPED], signal.SIGCONT)
         alerts = w.alerts(for_job(cfg.job, "resolved"), timeout_s=30)
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+        agent.terminate()
+        agent.wait(timeout=60)
         w.stop()
+    taken = [m for m in map(_loads, outside) if _outside(cfg.job)([m])]
+    assert taken, (tmp_path / "agent.log").read_text()[-3000:]
+    assert taken[0]["rank"] == STOPPED and "state T" in taken[0]["reason"], taken[0]["reason"]
+    print(f"the agent's dump came {(taken[0]['sent_ns'] - stopped_ns) / NS:.1f} s after the stop")
     fired = [a for a in firing if a["job"] == cfg.job and a["state"] == "firing"]
     assert len(fired) == 1, (firing, w.log.read_text()[-3000:])
     evidence = fired[0]["evidence"]
@@ -209,13 +220,34 @@ def test_sigstop_names_the_stopped_rank_and_sigcont_resolves(
     check_report(w.dsn, cfg.job, cfg.world)
 
 
+def start_agent(w: HangWorker, job: str, spool: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``rankwatch agent`` as the docs deploy it: one per host, here the host of all
+    ranks, looking at the beacons beside ``spool``."""
+    asyncio.run(create_topics(w.bootstrap, [f"{w.prefix}.metrics"], 1))
+    env = {**os.environ, "RANKWATCH_TOPIC_PREFIX": w.prefix}
+    cmd = [sys.executable, "-m", "rankwatch", "agent", "--job", job, "--kafka", w.bootstrap]
+    cmd += ["--spool-dir", str(spool), "--no-gpu"]
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
+
+
+def _outside(job: str) -> Callable[[list[dict[str, Any]]], bool]:
+    """Until a stacks message of ``job`` that the host agent took from outside."""
+    return lambda dumps: any(
+        d.get("job") == job and "from outside" in str(d.get("reason")) for d in dumps
+    )
+
+
 def check_report(dsn: str, job: str, world: int) -> None:
-    """``rankwatch hang report``: the waits every other rank sits in lack the stopped rank."""
+    """``rankwatch hang report``: the stopped rank's own stack first (taken by the agent),
+    and the waits every other rank sits in lack it."""
     cmd = [sys.executable, "-m", "rankwatch", "hang", "report", job, "--clickhouse", dsn]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     print(done.stdout)
     assert "resolved" in done.stdout and f"rank {STOPPED} " in done.stdout
+    own = done.stdout.partition("the culprits' own stacks")[2].partition("merged stacks")[0]
+    assert f"[{STOPPED} |" in own and "train.py:" in own, done.stdout
     folded = subprocess.run(
         [*cmd, "--folded"], capture_output=True, text=True, timeout=60, check=False
     ).stdout
@@ -310,3 +342,29 @@ def _record(case: str, delay_s: float) -> None:
     if out:
         with open(out, "a") as f:
             f.write(f"{case} {delay_s:.3f}\n")
+
+
+def test_an_announced_pause_raises_nothing_and_the_same_pause_unannounced_alerts(
+    worker: HangWorker, tmp_path: Path
+) -> None:
+    """Rank 0 stops for 12 s after steps 9 and 19 (a checkpoint save), its peers waiting
+    for it: 3x the worker's training-step bound (4 s here, 60 s by default). Announced
+    as a phase with a 60 s bound, no alert; the same pause unannounced is a hang each
+    time, named on rank 0 outside any timed op, resolved when it goes on."""
+    pause = {"pause_every": 10, "pause_s": 12.0, "pause_rank": 0, "pause_bound_s": 60.0}
+    announced = worker.workload(job="hang-phase", steps=25, **pause)
+    silent = worker.workload(job="hang-pause", steps=25, **pause, pause_phase="")
+    with ThreadPoolExecutor(2) as pool:
+        for run in [pool.submit(run_job, c, tmp_path / c.job) for c in (announced, silent)]:
+            run.result()
+
+    def both_resolved(alerts: list[dict[str, Any]]) -> bool:
+        return sum(a["job"] == silent.job and a["state"] == "resolved" for a in alerts) >= 2
+
+    alerts = worker.alerts(both_resolved, timeout_s=30)
+    assert [a for a in alerts if a["job"] == announced.job] == []
+    fired = [a for a in alerts if a["job"] == silent.job and a["state"] == "firing"]
+    assert len(fired) == 2, alerts
+    for a in fired:
+        assert a["evidence"]["culprits"] == [0], a
+        assert "outside any timed op" in a["evidence"]["where"], a
