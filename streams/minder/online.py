@@ -161,6 +161,9 @@ class JobMonitor:
         self.generation = 0
         """The consumer group's generation of the worker's assignment (0: no group): in
         each row's version, so a later owner's rows win (``kit/versions.py``)."""
+        self.unscored = ""
+        """Why the latest window scored nothing ("" when it scored): said in the
+        worker's status and log, so that a job Minder cannot judge is not silent."""
 
     def fresh_baselines(self) -> LiveBaselines:
         """Residual scoring's baselines, empty: every host warms up."""
@@ -216,11 +219,27 @@ class JobMonitor:
                 times.append(t)
                 rows.append([m for _, m in r])
         if len(hosts) < self.config.min_machines:
+            self.unscored = (
+                f"{len(hosts)} of {len(self.samples)} machines sending metrics cover the"
+                f" window; Minder compares machines with their peers and needs at least"
+                f" {self.config.min_machines}"
+            )
             return None
         shared = set.intersection(*(set(r[-1]) for r in rows))
         metrics = sorted(shared)
         if not metrics:
+            self.unscored = "the machines share no metric name"
             return None
+        known = set(self.model.metrics) if self.model is not None else set(metrics)
+        if not known & shared:
+            assert self.model is not None
+            self.unscored = (
+                f"the model knows none of the machines' metrics (model: "
+                f"{', '.join(sorted(known)[:4])}...; machines: {', '.join(metrics[:4])}...):"
+                f" train one on these metrics"
+            )
+            return None
+        self.unscored = ""
         values = [np.array([[m.get(k, np.nan) for k in metrics] for m in r]) for r in rows]
         x = align_on_times(times, values, grid, max_age)
         with warnings.catch_warnings():

@@ -142,6 +142,10 @@ class MinderState:
     ) -> None:
         self.settings = settings
         self.model = load_model(settings.model_path)
+        if self.model is not None:  # a job whose machines send none of them is not scored
+            names = self.model.metrics
+            log.info("model %s: %d metrics (%s)", settings.model_path, len(names),
+                     ", ".join(names[:6]) + (", ..." if len(names) > 6 else ""))  # fmt: skip
         self.monitors: dict[str, JobMonitor] = {}
         self.delivery = Delivery.for_settings(settings, store, record_sent=True)
         self.dead_letters = 0
@@ -287,8 +291,10 @@ class MinderState:
         """Evaluate every job: its rows (snapshots last) and alerts are buffered, and the
         messages a buffered snapshot covers join :attr:`settled`."""
         for job, monitor in self.monitors.items():
-            before = monitor.next_end_ns
+            before, unscored = monitor.next_end_ns, monitor.unscored
             result: MonitorOutput = monitor.evaluate()
+            if monitor.unscored and monitor.unscored != unscored:
+                log.warning("job %s: nothing scored: %s", job, monitor.unscored)
             out = Output(rows={t: list(rows) for t, rows in result.rows.items()})
             for alert in result.alerts:
                 out.add("alerts", alert_row(alert))
@@ -321,6 +327,9 @@ class MinderState:
             "dead_letters": self.dead_letters,
             "jobs": len(self.monitors),
             "open_episodes": sum(len(m.episodes) for m in self.monitors.values()),
+            "unscored_jobs": dict(
+                list({j: m.unscored for j, m in self.monitors.items() if m.unscored}.items())[:20]
+            ),
             "restored_jobs": self.restored_jobs,
             "retired_jobs": self.retired_jobs,
             "recalls_waiting": len(self._held),

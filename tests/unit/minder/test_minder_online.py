@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from rankwatch.schemas.codec import decode, encode
+from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
 from rankwatch.streams.minder.worker import monitor_state, restore_monitor
 
@@ -391,3 +392,24 @@ def test_a_value_near_the_float_limit_names_its_host() -> None:
     ]
     for a in alerts:
         assert decode("alerts", encode("alerts", a)) == a
+
+
+def test_a_job_minder_cannot_judge_says_why() -> None:
+    """A one-host job scores nothing, and says it needs peers; a model trained on other
+    metric names (ASD's ``m1``...) scores nothing and says so, rather than silently
+    scoring without what it learnt; a job it can judge says nothing."""
+    lone = JobMonitor("job", PAIRWISE)
+    for s in range(120):
+        lone.add("host0", T0 + s * NS, {"cpu_util": 50.0})
+        lone.evaluate()
+    assert "1 of 1 machines" in lone.unscored and "at least 4" in lone.unscored
+
+    asd = MinderModel(metrics=("m1", "m2", "m3"))
+    mismatched = JobMonitor("job", PAIRWISE, asd)
+    outs = feed(mismatched, 120)
+    assert not any(o.rows for o in outs)
+    assert "the model knows none of the machines' metrics" in mismatched.unscored
+    assert "m1" in mismatched.unscored and "cpu_util" in mismatched.unscored
+
+    judged = JobMonitor("job", PAIRWISE)
+    assert any(o.rows for o in feed(judged, 120)) and judged.unscored == ""
