@@ -14,8 +14,8 @@ from typing import Any
 
 DESCRIPTION = """\
 train:  train the per-metric LSTM-VAE denoisers on the train split of every *.npz
-        in DIR and write the model (numpy arrays, thresholds from the train split,
-        metric priority from the test split's labelled windows when there are any).
+        in DIR and write the model (numpy arrays, thresholds from the train split;
+        with --labels, the metric priority from the test split's labelled windows).
 eval:   train, then detect on the test split with leave-one-server-out selection of
         the metric priority, threshold quantile and continuity; print precision,
         recall, F1 and detection delay of Minder, the Mahalanobis baseline and the
@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
     train.add_argument("dir", type=Path, metavar="DIR")
     train.add_argument("--out", type=Path, required=True, metavar="MODEL.npz")
     train.add_argument("--quantile", type=float, default=0.95)
+    train.add_argument(
+        "--labels",
+        action="store_true",
+        help="learn the metric priority from the test split's labels (the labels of the data "
+        "detect would then score: only for a model meant for other machines); default: none",
+    )
     evaluate = sub.add_parser("eval", help="train and score Minder against the baseline")
     evaluate.add_argument("dir", type=Path, metavar="DIR")
     evaluate.add_argument("--format", choices=("text", "json"), default="text")
@@ -129,6 +135,7 @@ def _train(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from rankwatch.errors import UserError
     from rankwatch.streams.minder import MinderConfig, calibrate_thresholds, metric_scores
     from rankwatch.streams.minder.evaluation import window_labels
     from rankwatch.streams.minder.priority import max_z_features, rank_metrics
@@ -142,7 +149,9 @@ def _train(args: argparse.Namespace) -> int:
     config = MinderConfig(window=cfg.window, stride=cfg.window // 2)
     scores = metric_scores(group.train_MTK, model, config)
     model = replace(model, thresholds=calibrate_thresholds(scores, group.metrics, args.quantile))
-    if group.label_MT.any():  # labelled windows: learn the metric priority from them
+    if args.labels and not group.label_MT.any():
+        raise UserError(f"--labels: {args.dir} has no labelled test points")
+    if args.labels:  # labelled windows: learn the metric priority from them
         starts = window_starts(group.test_MTK.shape[1], config.window, config.stride)
         faulty = np.asarray(window_labels(group.label_MT, starts, config.window).any(axis=1))
         order = rank_metrics(max_z_features(group.test_MTK, starts, config.window), faulty)

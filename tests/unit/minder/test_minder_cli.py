@@ -44,7 +44,13 @@ def test_train_then_detect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     model = tmp_path / "model.npz"
     assert main(["minder", "train", str(group), "--out", str(model), "--epochs", "1"]) == 0
     assert model.exists()
-    capsys.readouterr()
+    assert "labels" not in capsys.readouterr().out  # the test labels are left alone...
+    with np.load(model) as arrays:
+        assert not any("priority" in k and arrays[k].size for k in arrays.files)
+    labelled = tmp_path / "labelled.npz"  # ...unless asked for
+    args = ["minder", "train", str(group), "--out", str(labelled), "--epochs", "1", "--labels"]
+    assert main(args) == 0
+    assert "metric priority from the test split's labels" in capsys.readouterr().out
     assert main(["minder", "detect", str(group), "--model", str(model)]) == 0
     lines = capsys.readouterr().out.splitlines()
     hits = [line.split("\t") for line in lines]
