@@ -47,6 +47,8 @@ class StackTakerConfig:
     every_s: float = 1.0
     timeout_s: float = 10.0
     """How long one py-spy dump may take."""
+    forget_s: float = 3600.0
+    """A beacon whose process is gone is removed once this old."""
 
 
 @dataclass
@@ -56,6 +58,8 @@ class StackTakerCounters:
     """py-spy could not read the process (no rights, gone meanwhile) or the send failed."""
     unreadable: int = 0
     """Beacon files that are not beacons (left alone)."""
+    forgotten: int = 0
+    """Beacons of processes long gone, removed."""
 
 
 @dataclass
@@ -81,13 +85,26 @@ class StackTaker:
             if beat is None or self._taken.get(path) == beat.written_ns:
                 continue
             silent_ns = now - beat.written_ns
-            if silent_ns < self.config.silent_s * 1e9 or not self._same_process(beat):
+            if silent_ns < self.config.silent_s * 1e9:
+                continue
+            if not self._same_process(beat):
+                self._forget(beat, silent_ns)
                 continue
             self._taken[path] = beat.written_ns
             sent += self._take(beat, silent_ns)
         for gone in set(self._taken) - set(paths):
             del self._taken[gone]
         return sent
+
+    def _forget(self, beat: Beat, silent_ns: int) -> None:
+        """A beacon its process left behind (killed: no clean end removes it) goes once
+        it is ``forget_s`` old, so that the folder does not grow with every dead rank."""
+        if silent_ns > self.config.forget_s * 1e9:
+            try:
+                beat.path.unlink()
+                self.counters.forgotten += 1
+            except OSError:
+                pass
 
     def _read(self, path: Path) -> Beat | None:
         try:

@@ -125,6 +125,8 @@ def test_a_fresh_beacon_a_gone_process_or_junk_is_left_alone(tmp_path: Path) -> 
     (tmp_path / "junk.beat").write_bytes(b"not a beacon")
     assert taker.scan() == 0 and dumps == [] and sent == []
     assert taker.counters.unreadable == 1
+    gone = _beacon_of(tmp_path, int(done.stdout), written_s_ago=7200)  # left long ago
+    assert taker.scan() == 0 and not gone.exists() and taker.counters.forgotten == 1
 
 
 def test_a_dump_that_fails_is_counted_and_not_sent(tmp_path: Path) -> None:
