@@ -347,13 +347,13 @@ def _record(case: str, delay_s: float) -> None:
 def test_an_announced_pause_raises_nothing_and_the_same_pause_unannounced_alerts(
     worker: HangWorker, tmp_path: Path
 ) -> None:
-    """Rank 0 stops for 12 s after steps 9 and 19 (a checkpoint save), its peers waiting
-    for it: 3x the worker's training-step bound (4 s here, 60 s by default). Announced
+    """Rank 0 stops for 10 s after steps 5 and 11 (a checkpoint save), its peers waiting
+    for it: 2.5x the worker's training-step bound (4 s here, 60 s by default). Announced
     as a phase with a 60 s bound, no alert; the same pause unannounced is a hang each
     time, named on rank 0 outside any timed op, resolved when it goes on."""
-    pause = {"pause_every": 10, "pause_s": 12.0, "pause_rank": 0, "pause_bound_s": 60.0}
-    announced = worker.workload(job="hang-phase", steps=25, **pause)
-    silent = worker.workload(job="hang-pause", steps=25, **pause, pause_phase="")
+    pause = {"pause_every": 6, "pause_s": 10.0, "pause_rank": 0, "pause_bound_s": 60.0}
+    announced = worker.workload(job="hang-phase", steps=14, **pause)
+    silent = worker.workload(job="hang-pause", steps=14, **pause, pause_phase="")
     with ThreadPoolExecutor(2) as pool:
         for run in [pool.submit(run_job, c, tmp_path / c.job) for c in (announced, silent)]:
             run.result()
