@@ -3,15 +3,15 @@
 A rank is *stalled* when it made no progress (no op started or ended) for longer than
 its bound once it reported its first op, or when its heartbeats stopped (the process is
 gone, stopped, or its machine unreachable). The bound is ``max(floor_s, k * median
-recent step time)`` in training steps, ``warmup_s`` until the job has
-``warmup_steps`` step times (compilation, the first batches), and, while the rank is in
-a phase it announced (a checkpoint, an evaluation), that phase's own bound from its
-start, capped at ``max_phase_s``; an announced phase also excuses the rank's silence
-until then (a save can starve the thread that beats). A job is *hung* when every rank
-that has not finished is stalled. Then ranks waiting
-inside a communication op are *waiting*; the others (in compute, in untimed Python, or
-silent) are *culprits*; the ranks absent from the op most waiters sit in are
-*suspects*. When every rank of a data-parallel group waits, but not all in the same
+recent step time)`` in training steps, ``warmup_s`` until some rank of the job has gone
+through ``warmup_steps`` steps since it was first heard (compilation, the first
+batches), and, while the rank is in a phase it announced (a checkpoint, an
+evaluation), that phase's own bound from its start, capped at ``max_phase_s``; an
+announced phase also excuses the rank's silence until then (a save can starve the
+thread that beats). A job is *hung* when every rank that has not finished is stalled.
+Then ranks waiting inside a communication op are *waiting*; the others (in compute, in
+untimed Python, or silent) are *culprits*; the ranks absent from the op most waiters
+sit in are *suspects*. When every rank of a data-parallel group waits, but not all in the same
 collective (a rank called another one, or skipped one), the hang is a *collective
 mismatch*: the ranks away from the group's collective are the culprits, and the summary
 says where each rank of the group waits. One episode per hang, resolved as soon as any
@@ -39,8 +39,9 @@ class HangConfig:
     floor_s: float = 60.0
     """Never call a rank stalled sooner than this in training steps (slow steps)."""
     warmup_s: float = 60.0
-    """The bound before the job has ``warmup_steps`` step times: its first steps compile,
-    warm up and wait for the first data, none of which a step time can predict."""
+    """The bound until some rank went through ``warmup_steps`` steps since first heard:
+    a job's first steps compile, warm up and wait for the first data, none of which a
+    step time can predict."""
     warmup_steps: int = 3
     max_phase_s: float = 4 * 3600.0
     """An announced phase's bound is the rank's word, capped here: no message can switch
