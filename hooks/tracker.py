@@ -311,9 +311,13 @@ class RankWatch:
     def phase_begin(self, name: str, bound_s: float | None = None) -> None:
         """Enter a phase (:meth:`phase`); phases nest, the innermost is the one reported."""
         if not self.enabled:
+            self._phases.append(None)  # its end must not end an outer phase
             return
-        bound = DEFAULT_PHASE_BOUND_S if bound_s is None else float(bound_s)
-        if not name or len(name) > 64 or not 0.001 <= bound <= 1e9:
+        try:
+            bound = DEFAULT_PHASE_BOUND_S if bound_s is None else float(bound_s)
+        except (TypeError, ValueError):
+            bound = float("nan")
+        if not isinstance(name, str) or not 1 <= len(name) <= 64 or not 0.001 <= bound <= 1e9:
             self._warn(f"phase {name!r} with bound {bound_s!r} ignored (name 1-64 characters,"
                        " bound in [0.001, 1e9] s)")  # fmt: skip
             self._phases.append(None)

@@ -235,6 +235,13 @@ def test_a_phase_is_announced_at_once_and_ends_with_its_block() -> None:
         with pytest.warns(RuntimeWarning, match="phase 'x' with bound -1"):
             rw.phase_begin("x", bound_s=-1)
         rw.phase_end()  # ends the ignored phase, not the save around it
+        with pytest.warns(RuntimeWarning, match="phase 3"):
+            rw.phase_begin(3, bound_s="soon")  # type: ignore[arg-type]
+        rw.phase_end()
+        rw.enabled = False  # hooks switched off for a step: a phase begun then...
+        rw.phase_begin("off")
+        rw.enabled = True
+        rw.phase_end()  # ...ends itself, not the save
         rw.publisher.step_once(now=2.0)  # no beat due
     rw.publisher.step_once(now=3.0)
     beats = [decode("heartbeats", v) for k, v in wire.messages if k == "heartbeats"]
