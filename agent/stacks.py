@@ -111,8 +111,9 @@ class StackTaker:
             return read_beacon(path)
         except FileNotFoundError:
             return None  # removed meanwhile: the rank ended
-        except Exception as exc:  # not a beacon: left alone, said once
-            self.counters.unreadable += 1
+        except Exception as exc:  # not a beacon: left alone, counted and said once
+            if path.name not in self._told:
+                self.counters.unreadable += 1
             self._tell(path.name, f"beacon {path} unreadable ({exc}); left alone")
             return None
 
@@ -121,7 +122,7 @@ class StackTaker:
         write (a pid reused since would have started after it; the boot time is in
         whole seconds, hence the second's margin)."""
         pid = int(beat.heartbeat["pid"])
-        if process_state(pid, self.proc) in ("", "Z", "X"):
+        if pid <= 1 or pid == os.getpid() or process_state(pid, self.proc) in ("", "Z", "X"):
             return False
         started_ns = process_start_ns(pid, self.proc)
         return started_ns is not None and started_ns <= beat.written_ns + 10**9

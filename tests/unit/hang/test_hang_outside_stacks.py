@@ -124,18 +124,20 @@ def test_a_fresh_beacon_a_gone_process_or_junk_is_left_alone(tmp_path: Path) -> 
     _beacon_of(tmp_path, int(done.stdout), written_s_ago=60)  # its process is gone
     (tmp_path / "junk.beat").write_bytes(b"not a beacon")
     assert taker.scan() == 0 and dumps == [] and sent == []
-    assert taker.counters.unreadable == 1
+    assert taker.scan() == 0 and taker.counters.unreadable == 1  # counted once
     gone = _beacon_of(tmp_path, int(done.stdout), written_s_ago=7200)  # left long ago
     assert taker.scan() == 0 and not gone.exists() and taker.counters.forgotten == 1
 
 
-def test_a_dump_that_fails_is_counted_and_not_sent(tmp_path: Path) -> None:
+def test_a_dump_that_fails_is_counted_and_not_sent(
+    tmp_path: Path, stopped: subprocess.Popen[bytes]
+) -> None:
     sent: list[object] = []
     taker = StackTaker(
         tmp_path,
         lambda t, items: sent.append(items),
-        StackTakerConfig(silent_s=1.0),
+        StackTakerConfig(silent_s=0.2),
         dump=lambda pid, t: ([], "py-spy failed"),
     )
-    _beacon_of(tmp_path, os.getpid(), written_s_ago=1.5)  # silent, says its file
+    _beacon_of(tmp_path, stopped.pid, written_s_ago=0.3)  # silent, says its file
     assert taker.scan() == 0 and sent == [] and taker.counters.dumps_failed == 1
