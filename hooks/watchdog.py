@@ -7,8 +7,8 @@ publisher round (every ``flush_interval_s``), reads the op in flight that the tr
 already keeps for its heartbeats (nothing is added on the hot path), and when that op
 has been in flight longer than ``threshold_s`` returns one ``stacks`` message (schema
 ``stacks.v1``), once per stuck op. Python frames come from ``sys._current_frames()``;
-native frames are added from ``py-spy dump`` when that executable is on PATH or beside
-this Python (never required). Frames are listed outermost first. Nothing here raises
+native frames are added from ``py-spy dump`` only when ``WatchdogConfig.py_spy`` says
+so (off by default: see there). Frames are listed outermost first. Nothing here raises
 into the caller.
 """
 
@@ -34,8 +34,13 @@ InFlightTuple = tuple[str, int, int, int]
 class WatchdogConfig:
     threshold_s: float = 60.0
     """Dump once the rank's own op has been in flight this long; 0 switches it off."""
-    py_spy: bool = True
-    """Add native frames with ``py-spy dump`` when the executable is on PATH."""
+    py_spy: bool = False
+    """Add native frames with ``py-spy dump`` of this very process. Off by default: the
+    dump runs on the publisher's thread and py-spy suspends the whole process while it
+    unwinds, so the rank sends no heartbeat meanwhile (with py-spy installed, every
+    waiting rank of a 4-rank job went silent at once in a test); and Yama's default
+    ``ptrace_scope`` 1 refuses a child tracing its parent unless root. The host agent
+    takes a silent rank's stack from outside instead (``agent/stacks.py``)."""
     py_spy_timeout_s: float = 10.0
 
 

@@ -25,8 +25,6 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from rankwatch.schemas.codec import decode
-
 BEATS = "beats"
 SUFFIX = ".beat"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -68,6 +66,8 @@ class Beat(NamedTuple):
 def read_beacon(path: Path) -> Beat:
     """Raises ``OSError`` (gone meanwhile), ``ValueError`` or ``InvalidMessage`` (not a
     beacon: the heartbeat is checked against its schema)."""
+    from rankwatch.schemas.codec import decode  # the reader's side (numpy): not the hooks'
+
     written_ns = path.stat().st_mtime_ns
     head, _, heartbeat = path.read_bytes().partition(b"\n")
     meta = orjson.loads(head)
