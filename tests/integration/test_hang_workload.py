@@ -214,7 +214,9 @@ def test_sigstop_names_the_stopped_rank_and_sigcont_resolves(
     assert evidence["culprits"] == [STOPPED], evidence
     assert evidence["waiting"] == [r for r in range(cfg.world) if r != STOPPED], evidence
     assert evidence["silent"] == [STOPPED] and evidence["first_stopped"] == STOPPED, evidence
-    assert delay_s <= FLOOR_S + 2 * HEARTBEAT_S, delay_s
+    # the floor, a heartbeat's lateness, and margin for a loaded box (6.4 s once, with
+    # the unit suite and a study judging beside it)
+    assert delay_s <= FLOOR_S + 4 * HEARTBEAT_S, delay_s
     resolved = [a for a in alerts if a["job"] == cfg.job and a["state"] == "resolved"]
     assert [a["alert_id"] for a in resolved] == [fired[0]["alert_id"]]
     check_report(w.dsn, cfg.job, cfg.world)
