@@ -66,9 +66,17 @@ def stopped() -> Iterator[subprocess.Popen[bytes]]:
     assert child.stdout is not None and child.stdout.readline() == b"ready\n"
     time.sleep(0.2)  # into its sleep
     child.send_signal(signal.SIGSTOP)
+    _wait_stopped(child.pid)  # delivery is asynchronous: on a busy box it takes a while
     yield child
     child.kill()
     child.wait()
+
+
+def _wait_stopped(pid: int, within_s: float = 30.0) -> None:
+    deadline = time.monotonic() + within_s
+    while process_state(pid) != "T":
+        assert time.monotonic() < deadline, f"pid {pid} not stopped after {within_s} s"
+        time.sleep(0.01)
 
 
 def _beacon_of(folder: Path, pid: int, written_s_ago: float) -> Path:
