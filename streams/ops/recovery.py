@@ -71,7 +71,9 @@ _SLOWDOWN_ALERTS = (
     "ORDER BY time, state = 'resolved'"
 )
 SIGNAL_STEPS = 60
-"""Stored steps replayed into the slowdown detector (3 baseline windows)."""
+"""Stored steps replayed into the slowdown detector (3 rank baseline windows; the job's
+throughput baseline, 100 steps long, comes back with at most 55 of them: a shorter
+median, which a handed-over jobstate message does not cut)."""
 _COLUMNS = (
     *("step", "rank", "dp_rank", "stage", "optype", "seq_id"),
     *("mb_id", "chunk", "gmc", "start_ns", "duration_ns"),

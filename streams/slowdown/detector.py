@@ -14,7 +14,9 @@ both in its baseline); a value is judged once ``warmup`` of them exist. The rule
 ``bandwidth-drop``        bus bandwidth under ``bandwidth_drop`` x baseline (alerted
                           only beyond the change all its peers share)
 ``throughput-drop``       the job's median throughput under ``throughput_drop`` x
-                          baseline (judged once per step, rank -1)
+                          baseline (judged once per step, rank -1, against the
+                          job's last ``job_window`` healthy steps, once
+                          ``job_warmup`` exist)
 ``void-high``             hidden inter-step share (``v_inter`` less data waits and
                           GC) or untimed share inside the step (``v_minority``)
                           above ``max(floor, baseline + margin)``
@@ -87,6 +89,12 @@ class DetectorConfig:
     out, was 0.38 of its baseline, the shallowest rate-limited link 0.15: a quarter
     lies between, about their geometric mean (docs/detection.md, section 3)."""
     throughput_drop: float = 0.6
+    job_window: int = 100
+    job_warmup: int = 20
+    """The job's throughput (one series, the median over its ranks) gets a longer
+    baseline and warm-up than a rank's signals: it moves with the whole box, which holds
+    a level for tens of steps (a busy host's spare core moving between ranks), and a
+    job's first steps run at no level it keeps (docs/detection.md, section 3)."""
     void_floor: float = 0.15
     void_margin: float = 0.10
     gc_floor: float = 0.05
@@ -264,7 +272,7 @@ class SlowdownDetector:
             if not all(isinstance(v, bool) for v in (*alone["recent"], alone["open"])):
                 raise ValueError(f"bad track {t['kind']!r} of rank {t['rank']}")
             held.tracks[(t["kind"], t["rank"])] = _Track(
-                history=deque(map(_number, t["history"]), maxlen=c.window),
+                history=deque(map(_number, t["history"]), maxlen=self._window(t["rank"])),
                 recent=deque(t["recent"], maxlen=c.open_within),
                 run=int(t["run"]),
                 open=t["open"],
@@ -443,11 +451,11 @@ class SlowdownDetector:
         track = job.tracks.get((kind, rank))
         if track is None:
             track = job.tracks[(kind, rank)] = _Track(
-                deque(maxlen=self.config.window),
+                deque(maxlen=self._window(rank)),
                 deque(maxlen=self.config.open_within),
                 alone=_Episode(deque(maxlen=self.config.open_within)),
             )
-        if len(track.history) < self.config.warmup:
+        if len(track.history) < self._warmup(rank):
             track.history.append(value)
             return None
         base = statistics.median(track.history)
@@ -458,6 +466,12 @@ class SlowdownDetector:
         alone = anomalous and bad(own, base) and self._outside_noise(kind, own, track.history)
         alone = alone and (peer is None or bad(value, peer))
         return Finding(kind, rank, value, base, anomalous, alone)
+
+    def _window(self, rank: int) -> int:
+        return self.config.job_window if rank == JOB_RANK else self.config.window
+
+    def _warmup(self, rank: int) -> int:
+        return self.config.job_warmup if rank == JOB_RANK else self.config.warmup
 
     def _outside_noise(self, kind: str, value: float, history: deque[float]) -> bool:
         """Whether ``value`` lies outside the noise band of the rank's baseline values:

@@ -32,6 +32,10 @@ HEALTHY = Signals(
 )
 
 
+JOB_WARM = DetectorConfig().job_warmup + 5
+"""Healthy steps before a fault for the job's throughput to be judged."""
+
+
 def step(n: int, ranks: int = 4, **slow: Any) -> list[Signals]:
     """Step ``n`` of a 4-rank job; ``slow`` maps rank -> field overrides."""
     out = []
@@ -211,20 +215,46 @@ def test_a_symptom_is_not_alerted_beside_its_cause() -> None:
     }
     for cause, ranks in faults.items():
         fault = {f"r{r}": {"throughput": 100.0, **ranks.get(f"r{r}", {})} for r in range(4)}
-        steps = [step(n) for n in range(10)] + [step(n, **fault) for n in range(10, 20)]
+        steps = [step(n) for n in range(JOB_WARM)]
+        steps += [step(n, **fault) for n in range(JOB_WARM, JOB_WARM + 10)]
         detector = SlowdownDetector()
         assert [a.kind for a in run(detector, steps)] == [cause]
-        open_now, _ = detector.observe(step(20, **fault))
+        open_now, _ = detector.observe(step(JOB_WARM + 10, **fault))
         flagged = {k for kinds in open_now.values() for k in kinds}
         assert {"flops-drop", "throughput-drop"} <= flagged  # diagnose reads the rows
 
 
 def test_the_jobs_throughput_alerts_when_no_rank_says_why() -> None:
-    steps = [step(n) for n in range(10)]
-    steps += [step(n, **{f"r{r}": {"throughput": 100.0} for r in range(4)}) for n in range(10, 20)]
+    steps = [step(n) for n in range(JOB_WARM)]
+    slower = {f"r{r}": {"throughput": 100.0} for r in range(4)}
+    steps += [step(n, **slower) for n in range(JOB_WARM, JOB_WARM + 10)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [
         ("throughput-drop", (-1,))
     ]
+
+
+def test_the_jobs_throughput_is_not_judged_against_its_first_steps() -> None:
+    """A job's first steps run at no level it keeps (a busy held-out run: 5 steps near
+    270 samples/s, then 135 for the rest, was alerted for 180 steps): its throughput is
+    judged only once ``job_warmup`` steps make its baseline."""
+    fast = {f"r{r}": {"throughput": 640.0} for r in range(4)}
+    steps = [step(n, **fast) for n in range(5)] + [step(n) for n in range(5, 60)]
+    assert run(SlowdownDetector(), steps) == []
+    assert [a.kind for a in run(SlowdownDetector(DetectorConfig(job_warmup=5)), steps)] == [
+        "throughput-drop"
+    ]
+
+
+def test_a_fast_spell_does_not_become_the_jobs_yardstick() -> None:
+    """Thirty steps at twice the job's usual speed (a busy host's spare core), then back
+    to it: against the last 20 steps the return reads as a drop; against the job's last
+    ``job_window`` healthy steps it is the job's usual speed."""
+    fast = {f"r{r}": {"throughput": 640.0} for r in range(4)}
+    steps = [step(n) for n in range(80)] + [step(n, **fast) for n in range(80, 110)]
+    steps += [step(n) for n in range(110, 140)]
+    assert run(SlowdownDetector(), steps) == []
+    short = DetectorConfig(job_window=20)
+    assert [a.kind for a in run(SlowdownDetector(short), steps)] == ["throughput-drop"]
 
 
 def test_what_every_rank_feels_at_once_is_not_one_ranks_fault() -> None:
@@ -234,7 +264,8 @@ def test_what_every_rank_feels_at_once_is_not_one_ranks_fault() -> None:
     episode, so the diagnosis is "everyone-slow compute". A rank that falls further
     still is named."""
     every = {f"r{r}": {"flops_per_s": 3e10, "throughput": 100.0} for r in range(4)}
-    steps = [step(n) for n in range(10)] + [step(n, **every) for n in range(10, 20)]
+    steps = [step(n) for n in range(JOB_WARM)]
+    steps += [step(n, **every) for n in range(JOB_WARM, JOB_WARM + 10)]
     detector = SlowdownDetector()
     assert [(a.kind, a.ranks) for a in run(detector, steps)] == [("throughput-drop", (-1,))]
     assert diagnose("j", _rows(steps, SlowdownDetector())).cause == "everyone-slow compute"
