@@ -174,13 +174,17 @@ class Verdict:
     why: str = ""
 
 
-def judge_run(directory: Path, by_name: dict[str, Fault], within: int) -> Verdict:
+def judge_run(
+    directory: Path, by_name: dict[str, Fault], within: int, slowdown: dict[str, Any] | None = None
+) -> Verdict:
+    """``slowdown``: DetectorConfig fields to judge with instead of the defaults."""
     from rankwatch.streams.kit.output import Source
     from rankwatch.streams.ops.analysing import analysing_pipeline
+    from rankwatch.streams.slowdown.detector import DetectorConfig
 
     meta = json.loads((directory / "run.json").read_text())
     fault = by_name[meta["fault"]]
-    pipeline = analysing_pipeline()
+    pipeline = analysing_pipeline(slowdown=DetectorConfig(**(slowdown or {})))
     fired: list[dict[str, Any]] = []
     now = 0
     for value, now in messages_of(directory):
@@ -261,7 +265,9 @@ def judge(args: argparse.Namespace) -> list[Verdict]:
         for directory in sorted(where.glob("*-*")) if where.is_dir() else []:
             if not (directory / "run.json").exists():
                 continue  # still being collected
-            verdict = judge_run(directory, by_name, args.within)
+            if args.only and directory.name.rsplit("-", 1)[0] not in args.only:
+                continue
+            verdict = judge_run(directory, by_name, args.within, args.slowdown)
             verdict.run = f"{condition}/{directory.name}"
             verdicts.append(verdict)
     return verdicts
@@ -312,6 +318,10 @@ def main() -> int:
     j = sub.choices["judge"]
     j.add_argument("--within", type=int, default=30, help="steps after the fault starts")
     j.add_argument("--json", type=Path, help="write the verdicts here")
+    j.add_argument(
+        "--slowdown", type=json.loads, help="DetectorConfig fields, e.g. '{\"job_window\": 20}'"
+    )
+    j.add_argument("--only", nargs="*", help="fault names (default: all)")
     args = parser.parse_args()
     if args.what == "collect":
         collect(args)
