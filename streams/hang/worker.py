@@ -230,10 +230,33 @@ class HangState:
         if blind or stalled:
             self.service.detector.excuse(now)
             self.blind_ticks += 1
-        self.delivery.write(self.service.on_tick(now))
+        out = self.service.on_tick(now)
+        self._log_alerts(out, now)
+        self.delivery.write(out)
         self.delivery.write(self._snapshots())
         self._prune()
         self._retire_silent()
+
+    def _log_alerts(self, out: Output, now_ns: int) -> None:
+        """Say in the log what each alert rests on: every rank's heartbeat age, progress
+        age and phase as this worker saw them, so that an alert nobody expected can be
+        explained after the fact from the worker's log alone."""
+        for kind, job, alert in out.messages:
+            if kind != "alerts":
+                continue
+            log.warning("hang %s: %s", alert["state"], alert["summary"])
+            if alert["state"] != "firing":
+                continue
+            for r in self.service.detector.ranks(job):
+                log.warning(
+                    "  rank %d step %d: heard %.1f s ago, progress %.1f s ago, %s, phase %s",
+                    r.rank,
+                    r.step,
+                    (now_ns - r.heard_ns) / NS,
+                    (now_ns - r.progress_ns) / NS,
+                    "waiting" if r.waiting else "not in communication",
+                    r.phase,
+                )
 
     def _prune(self) -> None:
         """Forget the partitions and baselines of jobs the detector dropped (they
