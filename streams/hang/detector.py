@@ -5,17 +5,17 @@ its bound once it reported its first op, or when its heartbeats stopped (the pro
 gone, stopped, or its machine unreachable). The bound is ``max(floor_s, k * median
 recent step time)`` in training steps, ``warmup_s`` until some rank of the job has gone
 through ``warmup_steps`` steps since it was first heard (compilation, the first
-batches), and, while the rank is in a phase it announced (a checkpoint, an
-evaluation), that phase's own bound from its start, capped at ``max_phase_s``; an
-announced phase also excuses the rank's silence until then (a save can starve the
-thread that beats). A job is *hung* when every rank that has not finished is stalled.
-Then ranks waiting inside a communication op are *waiting*; the others (in compute, in
-untimed Python, or silent) are *culprits*; the ranks absent from the op most waiters
-sit in are *suspects*. When every rank of a data-parallel group waits, but not all in the same
-collective (a rank called another one, or skipped one), the hang is a *collective
-mismatch*: the ranks away from the group's collective are the culprits, and the summary
-says where each rank of the group waits. One episode per hang, resolved as soon as any
-rank makes progress again.
+batches), and, while the rank is in a phase it announced (a checkpoint, an evaluation),
+that phase's own bound from its start, capped at ``max_phase_s``; an announced phase
+also excuses the rank's silence until then (a save can starve the thread that beats),
+and its end counts as progress. A job is *hung* when every rank that has not finished is
+stalled. Then ranks waiting inside a communication op are *waiting*; the others (in
+compute, in untimed Python, or silent) are *culprits*; the ranks absent from the op most
+waiters sit in are *suspects*. When every rank of a data-parallel group waits, but not
+all in the same collective (a rank called another one, or skipped one), the hang is a
+*collective mismatch*: the ranks away from the group's collective are the culprits, and
+the summary says where each rank of the group waits. One episode per hang, resolved as
+soon as any rank makes progress again.
 """
 
 from __future__ import annotations
@@ -141,6 +141,11 @@ class HangDetector:
         state.progress_ns = max(state.progress_ns, progress or 0)
         state.finished = hb.get("state") == "finished"
         phase = hb.get("phase")
+        if state.phase is not None and not phase:
+            # Finishing an announced phase is progress: the heartbeat that says so can
+            # come before the rank's next op, and its progress clock would otherwise still
+            # read the phase's start, older than the step bound, with every peer waiting.
+            state.progress_ns = max(state.progress_ns, now_ns)
         state.phase = (
             None if not phase else (phase["name"], int(phase["since_ns"]), float(phase["bound_s"]))
         )

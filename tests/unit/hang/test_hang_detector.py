@@ -226,6 +226,23 @@ def test_an_announced_phase_keeps_its_own_bound_and_an_unannounced_pause_does_no
     assert 30 <= (ep.declared_ns / NS - t) <= 32
 
 
+def test_the_end_of_a_phase_is_progress_before_the_next_op_is_heard() -> None:
+    """The heartbeat that ends a 90 s save can come a few ticks before the rank's next
+    op: its last op is then 90 s old, its peers' too, yet nothing hangs (CI saw this
+    race raise a hang that resolved half a second later)."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 5)
+    assert _pause(det, t, 90, _phase("checkpoint-save", t, 600.0)) == []
+    opened = []
+    for beat in range(1, 4):  # phase over, next op not yet reported
+        now = t + 90 + beat
+        det.observe(hb(0, 5, t, None), int(now * NS))
+        for r in (1, 2, 3):
+            det.observe(hb(r, 5, t, "params-all-gather"), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    assert opened == []
+
+
 def test_a_rank_cannot_switch_hang_detection_off_with_a_huge_bound() -> None:
     det = HangDetector(HangConfig(k=5.0, floor_s=10.0, warmup_s=10.0, max_phase_s=60.0))
     t = run_steps(det, range(4), 5)
