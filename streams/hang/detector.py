@@ -335,8 +335,11 @@ class _Mismatch:
 
 def _mismatches(ranks: list[RankState], waiting: set[int]) -> list[_Mismatch]:
     """Each DP group (same stage, TP and CP rank) in which every rank waits in
-    communication, one of them in a DP collective, not all in the same op: the rank that
-    called another collective, or skipped one, and the peers it left waiting."""
+    communication, some in a DP collective, and some other rank either in another DP
+    collective (it called a different one) or already in a later step (it skipped the
+    collective and went on): that rank, and the peers it left waiting. A peer still in
+    the same step's pipeline receive is only behind, waiting for its input (collateral
+    of a rank stopped upstream), not away from the collective."""
     groups: dict[tuple[int, int, int], list[RankState]] = {}
     for r in ranks:
         groups.setdefault(r.coords[1:], []).append(r)
@@ -344,21 +347,31 @@ def _mismatches(ranks: list[RankState], waiting: set[int]) -> list[_Mismatch]:
     for (pp, tp, cp), members in sorted(groups.items()):
         if len(members) < 2 or any(m.rank not in waiting for m in members):
             continue
-        if not any(m.in_flight and m.in_flight["optype"] in DP_COLLECTIVES for m in members):
+        in_collective = [m for m in members if _in_dp_collective(m)]
+        if not in_collective:
+            continue
+        keys = Counter(_op_key(m) for m in in_collective)
+        expected = min(keys, key=lambda k: (-keys[k], k[0], str(k[1]), k[2]))
+        away = [
+            m
+            for m in sorted(members, key=lambda m: m.rank)
+            if _op_key(m) != expected and (_in_dp_collective(m) or m.step > expected[0])
+        ]
+        if not away:
             continue
         by_op: dict[tuple[Any, ...], list[RankState]] = {}
         for m in sorted(members, key=lambda m: m.rank):
             by_op.setdefault(_op_key(m), []).append(m)
-        if len(by_op) < 2:
-            continue
-        expected = min(by_op, key=lambda k: (-len(by_op[k]), k[0], str(k[1]), k[2]))
         where = ", ".join(
             f"{_ranks_text(rs)} in {key[1]}_{key[2]} of step {key[0]}" for key, rs in by_op.items()
         )
-        away = tuple(r for key, rs in by_op.items() if key != expected for r in rs)
         text = f"collective mismatch in the DP group of stage {pp} (tp {tp}, cp {cp}): {where}"
-        found.append(_Mismatch(away, text))
+        found.append(_Mismatch(tuple(away), text))
     return found
+
+
+def _in_dp_collective(rank: RankState) -> bool:
+    return rank.in_flight is not None and rank.in_flight["optype"] in DP_COLLECTIVES
 
 
 def _ranks_text(ranks: list[RankState]) -> str:

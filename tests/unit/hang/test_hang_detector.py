@@ -301,6 +301,25 @@ def test_a_rank_that_skips_a_collective_is_named_with_where_each_rank_waits() ->
     assert "stage 0" not in ep.summary  # ranks 0 and 1 wait in the same all-reduce
 
 
+def test_a_peer_waiting_for_input_from_a_stopped_rank_is_no_collective_mismatch() -> None:
+    """Rank 1 (stage 0) stopped; rank 3 (stage 1, the same DP rank) waits for its
+    activations in step 15's receive, and rank 3's DP peer, rank 2, in step 15's
+    reduce-scatter for rank 3. Rank 3 is behind, not away from the collective: the live
+    workload's SIGSTOP alert said "collective mismatch" here until the rule looked at
+    which side of the collective the odd rank stands."""
+    det = HangDetector(CFG)
+    t = run_steps(det, range(4), 15)
+    where = {0: "grads-reduce-scatter", 2: "grads-reduce-scatter", 3: "forward-recv"}
+    opened = []
+    for beat in range(1, 40):
+        now = t + beat
+        for r, optype in where.items():
+            det.observe(hb(r, 15, t + 0.1 * r, optype), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    (ep,) = opened
+    assert ep.culprits == (1,) and "mismatch" not in ep.summary, ep.summary
+
+
 def test_a_stopped_rank_is_no_collective_mismatch() -> None:
     """Every DP peer in the same collective, one rank silent: an ordinary hang."""
     det = HangDetector(CFG)
