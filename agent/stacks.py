@@ -41,9 +41,10 @@ Dump = Callable[[int, float], tuple[list[dict], str]]
 
 @dataclass(frozen=True)
 class StackTakerConfig:
-    silent_s: float = 12.0
-    """A beacon unchanged this long is a silent rank: over two heartbeat periods (5 s by
-    default), so one late beat of a busy rank is not taken for silence."""
+    silent_s: float = 6.0
+    """A beacon unchanged this long is a silent rank: three heartbeat periods (2 s by
+    default), so one late beat of a busy rank is not taken for silence; the hang
+    worker's ``silent_after_s`` is the same."""
     every_s: float = 1.0
     timeout_s: float = 10.0
     """How long one py-spy dump may take."""

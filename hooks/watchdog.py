@@ -32,8 +32,11 @@ InFlightTuple = tuple[str, int, int, int]
 
 @dataclass(frozen=True)
 class WatchdogConfig:
-    threshold_s: float = 60.0
-    """Dump once the rank's own op has been in flight this long; 0 switches it off."""
+    threshold_s: float = 10.0
+    """Dump once the rank's own op has been in flight this long; 0 switches it off. A
+    few seconds past the hang worker's 6 s floor, so that the waiters' stacks are in
+    ``hang report`` moments after the alert; a healthy op that long costs one dump
+    (Python frames, on the publisher's thread), once per op."""
     py_spy: bool = False
     """Add native frames with ``py-spy dump`` of this very process. Off by default: the
     dump runs on the publisher's thread and py-spy suspends the whole process while it

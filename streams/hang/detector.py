@@ -36,8 +36,11 @@ NS = 1_000_000_000
 class HangConfig:
     k: float = 5.0
     """Stall threshold in units of the median recent step time."""
-    floor_s: float = 60.0
-    """Never call a rank stalled sooner than this in training steps (slow steps)."""
+    floor_s: float = 6.0
+    """Never call a rank stalled sooner than this in training steps: a few seconds, since
+    what legitimately stops a job for longer than a few steps (a checkpoint, an
+    evaluation) is announced as a phase with its own bound, and a stalled job must be
+    alerted within seconds (benchmarks/README.md, "Hang detection at the defaults")."""
     warmup_s: float = 60.0
     """The bound until some rank went through ``warmup_steps`` steps since first heard:
     a job's first steps compile, warm up and wait for the first data, none of which a
@@ -46,8 +49,10 @@ class HangConfig:
     max_phase_s: float = 4 * 3600.0
     """An announced phase's bound is the rank's word, capped here: no message can switch
     hang detection off for a job."""
-    silent_after_s: float = 15.0
-    """Heartbeats missing this long: the rank is silent (a few heartbeat periods)."""
+    silent_after_s: float = 6.0
+    """Heartbeats missing this long: the rank is silent (three of the hooks' 2 s
+    heartbeat periods, so one late beat of a busy rank is not silence; and silence
+    alone alerts nothing: the job's other ranks must be stalled too)."""
     step_window: int = 20
     """Recent step times kept per job for the median."""
 

@@ -19,6 +19,7 @@ from rankwatch.config import (
     with_flags,
 )
 from rankwatch.errors import UserError
+from rankwatch.streams.hang.detector import HangConfig
 
 
 def test_defaults_need_no_file_and_no_environment() -> None:
@@ -78,7 +79,7 @@ def test_each_setting_says_where_it_came_from(tmp_path: Path) -> None:
     assert config.kafka.session_timeout_s == 6.0
     assert (config.hang.k, origins["hang.k"]) == (3.0, "flag")  # the flag beats the file
     assert "hang.floor_s" not in origins  # a flag not given changes nothing
-    assert settings(config, origins)["hang"]["floor_s"] == (60.0, "default")
+    assert settings(config, origins)["hang"]["floor_s"] == (HangConfig.floor_s, "default")
 
 
 @pytest.mark.parametrize(
