@@ -151,6 +151,10 @@ class RankWatch:
         self._in_flight: tuple[str, int, int, int] | None = None
         self._last_done: tuple[str, int, int, int] | None = None
         self._phases: list[tuple[str, int, float] | None] = []
+        self._phase_ended = 0
+        """When the latest phase ended (``clock.read()``): the watchdog counts a rank's
+        time away from ops from there, as the hang worker counts a phase's end as
+        progress."""
         """Announced phases (name, start as ``clock.read()``, bound), innermost last; None
         for one refused, so that its end ends it and not the phase around it."""
         self._posted: dict[tuple[int, str, int], tuple[str, int, int, int]] = {}
@@ -178,6 +182,7 @@ class RankWatch:
             read=self._read,
             now_ns=self.clock.now_ns,
             config=watchdog,
+            idle=self._idle,
         )
         """Dumps the stacks from the publisher thread when the op in flight is stuck."""
         self.publisher = Publisher(
@@ -328,6 +333,7 @@ class RankWatch:
     def phase_end(self) -> None:
         """Leave the innermost phase (one that was refused ends silently)."""
         if self._phases and self._phases.pop() is not None:
+            self._phase_ended = self._read()
             self.publisher.beat_soon()
 
     # -- steps -------------------------------------------------------------------------
@@ -424,6 +430,14 @@ class RankWatch:
             return flight
         posted = tuple(self._posted.values())  # one C-level copy: no concurrent-change error
         return max(posted, key=lambda f: f[3]) if posted else None
+
+    def _idle(self) -> tuple[str, int, int, int] | None:
+        """The last op done, while no op is in flight and no phase is announced (the
+        watchdog's cue for a rank away in untimed Python). Safe from another thread."""
+        done = self._last_done
+        if done is None or self.in_flight() is not None or self._phases:
+            return None
+        return (*done[:3], max(done[3], self._phase_ended))
 
     def _heartbeat(self, finished: bool = False) -> bytes:
         flight = self.in_flight()

@@ -6,7 +6,11 @@ taken from the publisher's background thread: :meth:`Watchdog.check` runs in eac
 publisher round (every ``flush_interval_s``), reads the op in flight that the tracker
 already keeps for its heartbeats (nothing is added on the hot path), and when that op
 has been in flight longer than ``threshold_s`` returns one ``stacks`` message (schema
-``stacks.v1``), once per stuck op. Python frames come from ``sys._current_frames()``;
+``stacks.v1``), once per stuck op. A rank with no op in flight and none announced
+phase, whose last op ended longer ago than ``threshold_s`` (away in untimed Python: a
+sleep, a lock, an unannounced save), is dumped too, once per such spell: the hang
+detector names it "outside any timed op", and this is the stack that says where.
+Python frames come from ``sys._current_frames()``;
 native frames are added from ``py-spy dump`` only when ``WatchdogConfig.py_spy`` says
 so (off by default: see there). Frames are listed outermost first. Nothing here raises
 into the caller.
@@ -28,6 +32,8 @@ from rankwatch.schemas.stackdump import MAX_FRAMES, MAX_THREADS
 
 InFlightTuple = tuple[str, int, int, int]
 """The tracker's op in flight: (optype, seq_id, mb_id, start as ``clock.read()``)."""
+LastDoneTuple = tuple[str, int, int, int]
+"""The tracker's last op done: (optype, seq_id, step, end as ``clock.read()``)."""
 
 
 @dataclass(frozen=True)
@@ -58,14 +64,17 @@ class Watchdog:
         read: Callable[[], int],
         now_ns: Callable[[], int],
         config: WatchdogConfig | None = None,
+        idle: Callable[[], LastDoneTuple | None] = lambda: None,
     ) -> None:
         self.identity = identity
         self.in_flight = in_flight
+        self.idle = idle
+        """The last op done while the rank has none in flight and no phase announced."""
         self.step = step
         self.read = read
         self.now_ns = now_ns
         self.config = config or WatchdogConfig()
-        self._dumped: tuple[int, InFlightTuple] | None = None
+        self._dumped: tuple[int, InFlightTuple] | LastDoneTuple | None = None
         self.dumps = 0
         self.errors = 0
 
@@ -73,8 +82,10 @@ class Watchdog:
         """A ``stacks`` message when the op in flight just passed the threshold, else None."""
         limit = self.config.threshold_s
         flight = self.in_flight()
-        if limit <= 0 or flight is None:
+        if limit <= 0:
             return None
+        if flight is None:
+            return self._check_idle(limit)
         stuck_s = (self.read() - flight[3]) / 1e9
         key = (self.step(), flight)
         if stuck_s < limit or key == self._dumped:
@@ -85,6 +96,27 @@ class Watchdog:
             reason = (
                 f"{optype}_{seq} (microbatch {mb}) of step {key[0]} in flight for "
                 f"{stuck_s:.1f} s (watchdog threshold {limit:g} s)"
+            )
+            message = self.message(reason)
+        except Exception:
+            self.errors += 1
+            return None
+        self.dumps += 1
+        return message
+
+    def _check_idle(self, limit: float) -> bytes | None:
+        done = self.idle()
+        if done is None:
+            return None
+        away_s = (self.read() - done[3]) / 1e9
+        if away_s < limit or done == self._dumped:
+            return None
+        self._dumped = done
+        try:
+            optype, seq, step, _ = done
+            reason = (
+                f"outside any timed op for {away_s:.1f} s since {optype}_{seq} of step "
+                f"{step} ended (watchdog threshold {limit:g} s)"
             )
             message = self.message(reason)
         except Exception:

@@ -110,3 +110,42 @@ def test_tracker_sees_a_posted_p2p_wait_as_in_flight_and_publishes_its_stacks() 
     rw.emit("forward-recv", seq, 0, 5 * S)  # the wait ended
     assert rw.in_flight() is None
     assert rw.stats().stacks_sent == 1
+
+
+def test_a_rank_away_from_any_timed_op_is_dumped_once_and_not_inside_a_phase() -> None:
+    """The hang detector names a rank "outside any timed op" (an unannounced save, a
+    sleep, a lock); its own watchdog is then the one that can say where it is."""
+    sent: list[tuple[str, bytes]] = []
+    ticks = [0]
+    rw = RankWatch(
+        IDENT,
+        SinkTransport(lambda kind, value: sent.append((kind, value))),
+        clock=Clock(read=lambda: ticks[0]),
+        publisher=PublisherConfig(heartbeat_s=1000.0),
+        watchdog=WatchdogConfig(threshold_s=2.0, py_spy=False),
+        start=False,
+    )
+
+    def dumps() -> list[dict[str, Any]]:
+        rw.publisher.step_once(0.0)
+        return [decode("stacks", v) for k, v in sent if k == "stacks"]
+
+    rw.step_begin(4)
+    with rw.op("optimizer"):
+        ticks[0] = 1 * S
+    ticks[0] = 2 * S
+    assert dumps() == []  # away 1 s: not yet
+    ticks[0] = 4 * S
+    [away] = dumps()
+    assert "outside any timed op for 3.0 s since optimizer_0 of step 4" in away["reason"]
+    ticks[0] = 9 * S
+    assert len(dumps()) == 1  # once per spell
+    with rw.op("forward-compute"):
+        ticks[0] = 10 * S
+    with rw.phase("checkpoint-save", 60.0):
+        ticks[0] = 40 * S
+        assert len(dumps()) == 1  # an announced phase is no cue
+    ticks[0] = 41 * S
+    assert len(dumps()) == 1  # and its end is a fresh start
+    ticks[0] = 43 * S
+    assert "outside any timed op for 3.0 s" in dumps()[-1]["reason"]
