@@ -183,6 +183,7 @@ class RankWatch:
             now_ns=self.clock.now_ns,
             config=watchdog,
             idle=self._idle,
+            progress_at=self._progress_at,
         )
         """Dumps the stacks from the publisher thread when the op in flight is stuck."""
         self.publisher = Publisher(
@@ -438,6 +439,11 @@ class RankWatch:
         if done is None or self.in_flight() is not None or self._phases:
             return None
         return (*done[:3], max(done[3], self._phase_ended))
+
+    def _progress_at(self) -> int:
+        """When the last op or phase ended (``clock.read()``; 0: none yet)."""
+        done = self._last_done
+        return max(0 if done is None else done[3], self._phase_ended)
 
     def _heartbeat(self, finished: bool = False) -> bytes:
         flight = self.in_flight()

@@ -65,16 +65,21 @@ class Watchdog:
         now_ns: Callable[[], int],
         config: WatchdogConfig | None = None,
         idle: Callable[[], LastDoneTuple | None] = lambda: None,
+        progress_at: Callable[[], int] = lambda: 0,
     ) -> None:
         self.identity = identity
         self.in_flight = in_flight
         self.idle = idle
         """The last op done while the rank has none in flight and no phase announced."""
+        self.progress_at = progress_at
+        """When the rank last finished an op or a phase (``read()``): a communication
+        posted early (a pipeline receive) is in flight while the rank still computes, and
+        only counts as stuck once the rank stopped progressing."""
         self.step = step
         self.read = read
         self.now_ns = now_ns
         self.config = config or WatchdogConfig()
-        self._dumped: tuple[int, InFlightTuple] | LastDoneTuple | None = None
+        self._dumped: tuple[int, InFlightTuple, int] | LastDoneTuple | None = None
         self.dumps = 0
         self.errors = 0
 
@@ -86,16 +91,19 @@ class Watchdog:
             return None
         if flight is None:
             return self._check_idle(limit)
-        stuck_s = (self.read() - flight[3]) / 1e9
-        key = (self.step(), flight)
+        now = self.read()
+        since = max(flight[3], self.progress_at())
+        stuck_s = (now - since) / 1e9
+        key = (self.step(), flight, since)
         if stuck_s < limit or key == self._dumped:
             return None
         self._dumped = key
         try:
             optype, seq, mb, _ = flight
+            later = f", no progress for {stuck_s:.1f} s" if since > flight[3] else ""
             reason = (
                 f"{optype}_{seq} (microbatch {mb}) of step {key[0]} in flight for "
-                f"{stuck_s:.1f} s (watchdog threshold {limit:g} s)"
+                f"{(now - flight[3]) / 1e9:.1f} s{later} (watchdog threshold {limit:g} s)"
             )
             message = self.message(reason)
         except Exception:

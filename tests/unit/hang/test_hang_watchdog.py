@@ -149,3 +149,30 @@ def test_a_rank_away_from_any_timed_op_is_dumped_once_and_not_inside_a_phase() -
     assert len(dumps()) == 1  # and its end is a fresh start
     ticks[0] = 43 * S
     assert "outside any timed op for 3.0 s" in dumps()[-1]["reason"]
+
+
+def test_a_receive_posted_early_is_stuck_only_once_the_rank_stops_progressing() -> None:
+    """1F1B posts a pipeline receive while the rank still computes: a dump 2 s after the
+    post, with the rank busy, would be stale once the rank goes on, and the same op was
+    never dumped again when the rank then really sat in the wait (the SIGSTOP test's
+    report once lacked that rank's stack). The count runs from the rank's last progress."""
+    clock, flight = FakeClock(), [("forward-recv", 1, -1, 0)]
+    progress = [0]
+    dog = Watchdog(
+        IDENT,
+        in_flight=lambda: flight[0],
+        step=lambda: 5,
+        read=clock.read,
+        now_ns=lambda: 1_700_000_000 * S,
+        config=WatchdogConfig(threshold_s=2.0, py_spy=False),
+        progress_at=lambda: progress[0],
+    )
+    for t in (1, 2, 3):  # the rank finishes an op every second: not stuck
+        clock.t = progress[0] = t * S
+        assert dog.check() is None
+    clock.t = 5 * S  # no progress since 3 s: now it is
+    dump = dog.check()
+    assert dump is not None and dog.check() is None
+    reason = decode("stacks", dump)["reason"]
+    assert "forward-recv_1 (microbatch -1) of step 5 in flight for 5.0 s" in reason
+    assert "no progress for 2.0 s" in reason
