@@ -371,3 +371,17 @@ def test_an_announced_pause_raises_nothing_and_the_same_pause_unannounced_alerts
     for a in fired:
         assert a["evidence"]["culprits"] == [0], a
         assert "outside any timed op" in a["evidence"]["where"], a
+    # and rank 0's own watchdog said where it was, once a pause: in the workload's pause
+    # (not inside the announced phase: that is no cue)
+    dumps = [_loads(v) for v in consume(worker.bootstrap, f"{worker.prefix}.stacks", _no, 3)]
+    paused = [(d["job"], d["rank"], d["reason"]) for d in dumps if _in_pause(d)]
+    assert len(paused) == 2, paused
+    assert all(j == silent.job and r == 0 and "outside any timed op" in w for j, r, w in paused)
+
+
+def _in_pause(dump: dict[str, Any]) -> bool:
+    return any(f["function"] == "_pause" for t in dump["threads"] for f in t["frames"])
+
+
+def _no(messages: list[dict[str, Any]]) -> bool:
+    return False
