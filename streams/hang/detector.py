@@ -230,6 +230,13 @@ class HangDetector:
     def episodes(self) -> list[Episode]:
         return [j.episode for j in self._jobs.values() if j.episode and j.episode.open]
 
+    def resuming(self, episode: Episode) -> bool:
+        """Some rank of the episode's job progressed past it: the episode resolves at the
+        next evaluation, and what the ranks report now is no longer where they hung."""
+        job = self._jobs.get(episode.job)
+        ranks = job.ranks.values() if job is not None else ()
+        return any(r.progress_ns > episode.last_progress_ns for r in ranks if not r.finished)
+
     def ranks(self, job: str) -> list[RankState]:
         return sorted(self._jobs[job].ranks.values(), key=lambda r: r.rank)
 

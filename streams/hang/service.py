@@ -97,7 +97,9 @@ class HangService:
             dumps.pop(next(iter(dumps)))
         out = Output()
         for episode in self.detector.episodes():
-            if episode.job == message["job"]:
+            # a dump that comes once the job moves again (a resumed rank's watchdog sees
+            # its op in flight since before the stop) must not replace the hung picture
+            if episode.job == message["job"] and not self.detector.resuming(episode):
                 _add_stacks(
                     out,
                     episode,

@@ -85,6 +85,27 @@ def test_episode_rows_stacks_and_a_single_firing_then_resolved_alert() -> None:
     assert out.rows["hangs"][0]["resolved_at"] is not None
 
 
+def test_a_dump_after_the_job_moves_again_leaves_the_hung_stacks_as_they_were() -> None:
+    """Rank 2 is let go on (SIGCONT): its watchdog sees its op in flight since before
+    the stop and dumps at once, before the next tick resolves the episode. That dump,
+    and the progress of the others, must not rewrite where the ranks hung (the live
+    SIGSTOP test's report once lost the waiters' stacks, once showed the culprit in
+    the all-reduce it entered after being let go)."""
+    svc = HangService(HangConfig(floor_s=5, warmup_s=5, silent_after_s=3))
+    for r in range(3):
+        svc.on_heartbeat(heartbeat(r, 1, 0.0, "forward-compute"), SRC, 0)
+    for r in (0, 1):
+        svc.on_stacks(dump(r, "all_reduce_wait"), Source("rankwatch.stacks"), NS)
+    for t in range(1, 12):
+        for r in (0, 1):
+            svc.on_heartbeat(heartbeat(r, 1, 0.5, "grads-reduce-scatter"), SRC, t * NS)
+        svc.on_tick(t * NS)
+    assert svc.detector.episodes()
+    svc.on_heartbeat(heartbeat(2, 1, 12.0, "grads-reduce-scatter"), SRC, 12 * NS)
+    out = svc.on_stacks(dump(2, "all_reduce_wait"), Source("rankwatch.stacks"), 12 * NS)
+    assert not out.rows.get("stacks"), out.rows
+
+
 def test_a_dump_from_before_the_ranks_last_progress_is_left_out_of_the_episode() -> None:
     """Rank 2 waited long enough for a dump at 2.5 s, got out of that wait, and stopped
     at 3 s: its old dump says nothing of where it is stuck, so the waits of ranks 0 and
