@@ -84,6 +84,13 @@ class WorkloadConfig:
     """The phase the pause is announced as (``RankWatch.phase``); empty: unannounced."""
     pause_bound_s: float = 0.0
     """The announced phase's bound (0: the hooks' default)."""
+    mismatch_rank: int = -1
+    """Rank that, in step ``fault_from``, skips its DP group's gradient all-reduce and
+    calls another collective instead: an all-reduce over the whole job, timed as
+    ``separate-grads-all-reduce`` (as a rank that wrongly believes it holds a tied
+    parameter would). No other rank calls it, so the job hangs with the group split
+    between two collectives (-1: none). A plain skip does not hang: gloo pairs a group's
+    collectives by order, so the skipper's next all-reduce completes its peers' one."""
     seed: int = 0
     timeout_s: float = 120.0
     """Process group timeout (subgroups get it explicitly)."""

@@ -310,9 +310,12 @@ class Rank:
             rw.samples(cfg.microbatch_size * cfg.microbatches, self.dtype)
         with _op(rw, "gc"):
             gc.collect(0)
-        if cfg.dp > 1:
+        if self.rank == cfg.mismatch_rank and step == cfg.fault_from:
+            with _op(rw, "separate-grads-all-reduce"):
+                self._all_reduce_grads(group=None)  # the whole job, which never joins
+        elif cfg.dp > 1:
             with _op(rw, "grads-reduce-scatter"):
-                self._all_reduce_grads()
+                self._all_reduce_grads(group=self.dp_group)
         with _op(rw, "optimizer"):
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=False)
@@ -327,13 +330,15 @@ class Rank:
         with phase or _Null():
             time.sleep(cfg.pause_s)
 
-    def _all_reduce_grads(self) -> None:
+    def _all_reduce_grads(self, group: Any) -> None:
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         flat = torch.cat([g.reshape(-1) for g in grads])
         if self.rw is not None:
             size = flat.numel() * flat.element_size()
-            self.rw.comm("grads-reduce-scatter", size, group=self.cfg.dp, algo="all-reduce")
-        dist.all_reduce(flat, group=self.dp_group)
+            ranks = self.cfg.dp if group is not None else self.cfg.world
+            optype = "grads-reduce-scatter" if group is not None else "separate-grads-all-reduce"
+            self.rw.comm(optype, size, group=ranks, algo="all-reduce")
+        dist.all_reduce(flat, group=group)
         flat /= self.cfg.dp
         offset = 0
         for p, g in zip(self.params, grads, strict=True):

@@ -316,7 +316,9 @@ def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) ->
     key = f"{job}:{lead.rank}:{lead.progress_ns}".encode()
     episode_id = "hang-" + hashlib.sha1(key).hexdigest()[:16]
     where = _where(lead, lead.rank in silent)
-    summary = _summary(job, lead, where, ranks, waiting, suspects)
+    away_lead = bool(mismatched) and lead.rank in {r.rank for m in mismatched for r in m.away}
+    verb = "left its group's collective" if away_lead and lead.waiting else "stopped first"
+    summary = _summary(job, lead, f"{verb}, {where}", ranks, waiting, suspects)
     if mismatched:
         summary += "; " + "; ".join(m.text for m in mismatched)
     return Episode(
@@ -433,7 +435,7 @@ def _summary(
     dp, pp, tp, _ = lead.coords
     text = (
         f"job {job} hung: rank {lead.rank} (dp {dp}, pp {pp}, tp {tp}) on {lead.host} "
-        f"stopped first, {where}; {len(waiting)} of {len(ranks)} ranks wait in communication"
+        f"{where}; {len(waiting)} of {len(ranks)} ranks wait in communication"
     )
     if suspects:
         text += f"; suspects: {', '.join(map(str, suspects[:8]))}"

@@ -294,11 +294,43 @@ def test_a_rank_that_skips_a_collective_is_named_with_where_each_rank_waits() ->
     (ep,) = opened
     assert ep.culprits == (3,) and ep.first_stopped == 3 and 3 not in ep.waiting
     assert "forward-recv_0 (microbatch -1) of step 6" in ep.culprit_where
+    assert "rank 3 (dp 1, pp 1, tp 0) on h1 left its group's collective, in" in ep.summary
     assert (
         "collective mismatch in the DP group of stage 1 (tp 0, cp 0): rank 2 in"
         " separate-grads-all-reduce_0 of step 5, rank 3 in forward-recv_0 of step 6"
     ) in ep.summary
     assert "stage 0" not in ep.summary  # ranks 0 and 1 wait in the same all-reduce
+
+
+def test_a_rank_in_another_collective_of_the_same_step_is_the_culprit() -> None:
+    """Ranks 0 and 2 of stage 0's DP group (DP 4 here) wait in step 5's reduce-scatter,
+    rank 4 (dp 2) in an all-reduce none of them called: the majority's collective is the
+    group's, so rank 4 is away. (With two ranks a group has no majority; the summary
+    then still says where each waits.)"""
+    det = HangDetector(CFG)
+    beats = lambda r, step, at, optype: {  # noqa: E731
+        **hb(r, step, at, optype), "dp_rank": r // 2, "pp_rank": r % 2
+    }
+    t = 0.0
+    for step in range(5):
+        t = float(step)
+        for r in range(8):
+            det.observe(beats(r, step, t, "forward-compute"), int(t * NS))
+    opened = []
+    for beat in range(1, 40):
+        now = t + beat
+        for r in range(8):
+            optype = "grads-reduce-scatter" if r != 4 else "separate-grads-all-reduce"
+            det.observe(beats(r, 5, t + 0.1, optype), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    (ep,) = opened
+    assert ep.culprits == (4,) and ep.waiting == (0, 1, 2, 3, 5, 6, 7), ep
+    assert "rank 4 (dp 2, pp 0, tp 0) on h2 left its group's collective" in ep.summary
+    assert (
+        "collective mismatch in the DP group of stage 0 (tp 0, cp 0): ranks 0, 2, 6 in"
+        " grads-reduce-scatter_0 of step 5, rank 4 in separate-grads-all-reduce_0 of step 5"
+    ) in ep.summary, ep.summary
+    assert "stage 1" not in ep.summary
 
 
 def test_a_peer_waiting_for_input_from_a_stopped_rank_is_no_collective_mismatch() -> None:
