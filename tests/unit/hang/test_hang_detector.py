@@ -308,9 +308,10 @@ def test_a_rank_in_another_collective_of_the_same_step_is_the_culprit() -> None:
     group's, so rank 4 is away. (With two ranks a group has no majority; the summary
     then still says where each waits.)"""
     det = HangDetector(CFG)
-    beats = lambda r, step, at, optype: {  # noqa: E731
-        **hb(r, step, at, optype), "dp_rank": r // 2, "pp_rank": r % 2
-    }
+
+    def beats(r: int, step: int, at: float, optype: str) -> dict[str, Any]:
+        return {**hb(r, step, at, optype), "dp_rank": r // 2, "pp_rank": r % 2}
+
     t = 0.0
     for step in range(5):
         t = float(step)
