@@ -9,6 +9,7 @@ read as is (``--folded`` prints only that, for piping).
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from typing import Any
 
@@ -98,6 +99,16 @@ ORDER BY n_ranks DESC, stack
 """
 
 
+def is_hook_thread(stack: dict[str, Any]) -> bool:
+    """A thread whose run is the hooks' own (publisher, heartbeats, watchdog) is not
+    where the rank is stuck: the report lists it after the rank's other threads."""
+    frames = str(stack["stack"]).split(";")
+    for here, after in itertools.pairwise(frames):
+        if here.endswith("threading.py:Thread.run"):
+            return "/rankwatch/hooks/" in after
+    return False
+
+
 def run_report(args: argparse.Namespace) -> int:
     from rankwatch.stores import open_store, require_job
     from rankwatch.streams.hang.ranges import format_ranges
@@ -130,7 +141,7 @@ def run_report(args: argparse.Namespace) -> int:
         f"silent: {format_ranges(episode['silent_ranks']) or '-'}"
     )
     culprits = set(episode["culprit_ranks"])
-    own = [s for s in stacks if culprits & set(s["ranks"])]
+    own = sorted((s for s in stacks if culprits & set(s["ranks"])), key=is_hook_thread)
     if own:  # where the culprits themselves are: what a person asks first
         print("\nthe culprits' own stacks (ranks in the path | ranks not in it):")
         for s in own:

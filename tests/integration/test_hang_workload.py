@@ -254,6 +254,8 @@ def check_report(dsn: str, job: str, world: int) -> None:
     assert "resolved" in done.stdout and f"rank {STOPPED} " in done.stdout
     own = done.stdout.partition("the culprits' own stacks")[2].partition("merged stacks")[0]
     assert f"[{STOPPED} |" in own and "train.py:" in own, done.stdout
+    first = next(line for line in own.splitlines() if line.strip().startswith("["))
+    assert "train.py:" in first, done.stdout  # its main thread before the hooks' threads
     folded = subprocess.run(
         [*cmd, "--folded"], capture_output=True, text=True, timeout=60, check=False
     ).stdout
