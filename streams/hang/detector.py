@@ -316,8 +316,7 @@ def _declare(job: str, ranks: list[RankState], now_ns: int, silent: set[int]) ->
     key = f"{job}:{lead.rank}:{lead.progress_ns}".encode()
     episode_id = "hang-" + hashlib.sha1(key).hexdigest()[:16]
     where = _where(lead, lead.rank in silent)
-    away_lead = bool(mismatched) and lead.rank in {r.rank for m in mismatched for r in m.away}
-    verb = "left its group's collective" if away_lead and lead.waiting else "stopped first"
+    verb = _verb(lead, mismatched)
     summary = _summary(job, lead, f"{verb}, {where}", ranks, waiting, suspects)
     if mismatched:
         summary += "; " + "; ".join(m.text for m in mismatched)
@@ -345,6 +344,21 @@ class _Mismatch:
     away: tuple[RankState, ...]
     """The ranks not in the group's collective (the most ranks', ties: the earliest)."""
     text: str
+    tied: bool = False
+    """No majority (a group of two split one and one): which side is wrong is not known."""
+
+
+def _verb(lead: RankState, mismatched: list[_Mismatch]) -> str:
+    """What the lead culprit did: a rank waiting away from its group's collective did not
+    stop, and with no majority the alert must not pretend to know which side is wrong."""
+    for m in mismatched:
+        if lead.rank in {r.rank for r in m.away}:
+            if m.tied:
+                return "is split from its DP group (no majority: either side may be wrong)"
+            if _in_dp_collective(lead):
+                return "called another collective than its DP group"
+            return "went on past its DP group's collective"
+    return "stopped first"
 
 
 def _mismatches(ranks: list[RankState], waiting: set[int]) -> list[_Mismatch]:
@@ -380,7 +394,8 @@ def _mismatches(ranks: list[RankState], waiting: set[int]) -> list[_Mismatch]:
             f"{_ranks_text(rs)} in {key[1]}_{key[2]} of step {key[0]}" for key, rs in by_op.items()
         )
         text = f"collective mismatch in the DP group of stage {pp} (tp {tp}, cp {cp}): {where}"
-        found.append(_Mismatch(tuple(away), text))
+        tied = list(keys.values()).count(keys[expected]) > 1
+        found.append(_Mismatch(tuple(away), text, tied))
     return found
 
 

@@ -294,7 +294,9 @@ def test_a_rank_that_skips_a_collective_is_named_with_where_each_rank_waits() ->
     (ep,) = opened
     assert ep.culprits == (3,) and ep.first_stopped == 3 and 3 not in ep.waiting
     assert "forward-recv_0 (microbatch -1) of step 6" in ep.culprit_where
-    assert "rank 3 (dp 1, pp 1, tp 0) on h1 left its group's collective, in" in ep.summary
+    assert (
+        "rank 3 (dp 1, pp 1, tp 0) on h1 went on past its DP group's collective, in" in ep.summary
+    )
     assert (
         "collective mismatch in the DP group of stage 1 (tp 0, cp 0): rank 2 in"
         " separate-grads-all-reduce_0 of step 5, rank 3 in forward-recv_0 of step 6"
@@ -326,12 +328,42 @@ def test_a_rank_in_another_collective_of_the_same_step_is_the_culprit() -> None:
         opened += det.evaluate(int(now * NS))
     (ep,) = opened
     assert ep.culprits == (4,) and ep.waiting == (0, 1, 2, 3, 5, 6, 7), ep
-    assert "rank 4 (dp 2, pp 0, tp 0) on h2 left its group's collective" in ep.summary
+    assert (
+        "rank 4 (dp 2, pp 0, tp 0) on h2 called another collective than its DP group" in ep.summary
+    )
     assert (
         "collective mismatch in the DP group of stage 0 (tp 0, cp 0): ranks 0, 2, 6 in"
         " grads-reduce-scatter_0 of step 5, rank 4 in separate-grads-all-reduce_0 of step 5"
     ) in ep.summary, ep.summary
     assert "stage 1" not in ep.summary
+
+
+def test_a_group_of_two_split_between_collectives_claims_no_side() -> None:
+    """DP 2: rank 0 in the reduce-scatter, rank 1 in another all-reduce. One against one
+    is no majority, so the alert must not say which rank is wrong, only where each is."""
+    det = HangDetector(CFG)
+
+    def beats(r: int, step: int, at: float, optype: str) -> dict[str, Any]:
+        return {**hb(r, step, at, optype), "dp_rank": r, "pp_rank": 0}
+
+    t = 0.0
+    for step in range(5):
+        t = float(step)
+        for r in range(2):
+            det.observe(beats(r, step, t, "forward-compute"), int(t * NS))
+    opened = []
+    for beat in range(1, 40):
+        now = t + beat
+        for r, optype in enumerate(("grads-reduce-scatter", "separate-grads-all-reduce")):
+            det.observe(beats(r, 5, t + 0.1, optype), int(now * NS))
+        opened += det.evaluate(int(now * NS))
+    (ep,) = opened
+    assert "is split from its DP group (no majority: either side may be wrong)" in ep.summary
+    assert "called another collective" not in ep.summary and "stopped first" not in ep.summary
+    assert (
+        "rank 0 in grads-reduce-scatter_0 of step 5,"
+        " rank 1 in separate-grads-all-reduce_0 of step 5"
+    ) in ep.summary, ep.summary
 
 
 def test_a_peer_waiting_for_input_from_a_stopped_rank_is_no_collective_mismatch() -> None:
