@@ -100,11 +100,13 @@ ORDER BY n_ranks DESC, stack
 
 
 def is_hook_thread(stack: dict[str, Any]) -> bool:
-    """A thread whose run is the hooks' own (publisher, heartbeats, watchdog) is not
-    where the rank is stuck: the report lists it after the rank's other threads."""
+    """A thread whose run is the hooks' own (the publisher, which also beats and
+    watches) is not where the rank is stuck: the report lists it after the rank's other
+    threads. py-spy names the frame ``Thread.run`` in recent releases, ``run`` before,
+    as the hooks' own watchdog does (``co_name``)."""
     frames = str(stack["stack"]).split(";")
     for here, after in itertools.pairwise(frames):
-        if here.endswith("threading.py:Thread.run"):
+        if here.endswith(("threading.py:Thread.run", "threading.py:run")):
             return "/rankwatch/hooks/" in after
     return False
 

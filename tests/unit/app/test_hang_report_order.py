@@ -24,6 +24,10 @@ def test_only_threads_the_hooks_run_are_hook_threads() -> None:
     assert not is_hook_thread({"stack": LOADER})  # a thread of the job's own
 
 
+def test_older_py_spy_and_the_watchdog_name_the_frame_run() -> None:
+    assert is_hook_thread({"stack": PUBLISHER.replace(":Thread.run;", ":run;")})
+
+
 def test_the_main_thread_sorts_before_the_publisher() -> None:
     stacks = [{"stack": PUBLISHER}, {"stack": MAIN}, {"stack": LOADER}]
     assert [s["stack"] for s in sorted(stacks, key=is_hook_thread)] == [MAIN, LOADER, PUBLISHER]
