@@ -90,7 +90,9 @@ class WorkloadConfig:
     ``separate-grads-all-reduce`` (as a rank that wrongly believes it holds a tied
     parameter would). No other rank calls it, so the job hangs with the group split
     between two collectives (-1: none). A plain skip does not hang: gloo pairs a group's
-    collectives by order, so the skipper's next all-reduce completes its peers' one."""
+    collectives by order, so the skipper's next all-reduce completes its peers' one.
+    The hang ends when the process group's ``timeout_s`` passes: a rank raises and the
+    launcher ends the job."""
     seed: int = 0
     timeout_s: float = 120.0
     """Process group timeout (subgroups get it explicitly)."""
@@ -100,6 +102,11 @@ class WorkloadConfig:
             raise ValueError(f"schedule {self.schedule!r}; known: {', '.join(SCHEDULES)}")
         if min(self.dp, self.pp, self.microbatches, self.steps) < 1:
             raise ValueError("dp, pp, microbatches and steps must be at least 1")
+        if self.mismatch_rank != -1 and not (0 <= self.mismatch_rank < self.world and self.dp > 1):
+            raise ValueError(
+                f"mismatch_rank {self.mismatch_rank}: a rank of the job (0..{self.world - 1})"
+                " in a DP group of at least 2, or -1"
+            )
 
     @property
     def world(self) -> int:

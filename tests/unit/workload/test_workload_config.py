@@ -26,6 +26,18 @@ def test_round_trips_through_json_and_checks_values() -> None:
         WorkloadConfig(dp=0)
 
 
+def test_a_mismatch_needs_a_rank_of_the_job_in_a_dp_group_of_two_or_more() -> None:
+    """Else the fault would inject nothing (or no DP group to leave), and a study would
+    read the silence as the detector's miss."""
+    assert WorkloadConfig(dp=4, pp=1, mismatch_rank=3).mismatch_rank == 3
+    with pytest.raises(ValueError, match="mismatch_rank 4"):
+        WorkloadConfig(dp=2, pp=2, mismatch_rank=4)
+    with pytest.raises(ValueError, match="mismatch_rank -2"):
+        WorkloadConfig(mismatch_rank=-2)
+    with pytest.raises(ValueError, match="DP group"):
+        WorkloadConfig(dp=1, pp=4, mismatch_rank=1)
+
+
 def test_faults_start_at_fault_from_on_the_chosen_ranks() -> None:
     cfg = WorkloadConfig(slow_rank=1, slow_matmuls=10, fault_from=3, netns="ns", netns_ranks="1,3")
     assert [cfg.is_slow(1, s) for s in range(5)] == [False, False, False, True, True]
