@@ -71,10 +71,16 @@ JOB_RANK = -1
 class DetectorConfig:
     window: int = 20
     warmup: int = 5
-    open_after: int = 5
-    open_within: int = 5
+    open_after: int = 10
+    open_within: int = 10
     """An episode opens once ``open_after`` of the last ``open_within`` steps were
-    anomalous (5 of 5: five in a row)."""
+    anomalous (10 of 10: ten in a row). Twice the longest run seen on a healthy job:
+    a loopback all-reduce on shared cores fell under the bandwidth bar, beyond its
+    peers' change, for exactly five steps in one of the fourth study's 40 healthy runs
+    (5 in a row was the rule then; 4 had let a preempted rank through). One length
+    for every kind, so a cause never opens after the symptoms it explains (a slow
+    link's lowered FLOP/s, the job's throughput) and never pages beside them
+    (docs/detection.md, section 3)."""
     close_after: int = 3
     noise_k: float = 2.0
     """A value is anomalous only when, besides its rule, it lies more than this many
@@ -88,7 +94,11 @@ class DetectorConfig:
     five-step dip of a healthy rank's bus bandwidth, its peers' shared change taken
     out, was 0.38 of its baseline, the shallowest rate-limited link 0.15: a quarter
     lies between, about their geometric mean (docs/detection.md, section 3)."""
-    throughput_drop: float = 0.6
+    throughput_drop: float = 0.5
+    """Half the job's usual throughput. A symptom: the job is slower, not why. Held for
+    ten steps, a healthy busy tuning run went as low as 0.61 of its baseline (the fifth
+    study's set ``tune5``), so 0.6 left no margin; a job at half speed is worth a page
+    (docs/detection.md, section 3)."""
     job_window: int = 100
     job_warmup: int = 20
     """The job's throughput (one series, the median over its ranks) gets a longer

@@ -28,6 +28,7 @@ from rankwatch.streams.kit.sink import TableSink
 from rankwatch.streams.kit.store import Store
 from rankwatch.streams.ops.pipeline import Pipeline
 from rankwatch.streams.ops.recovery import load_history
+from rankwatch.streams.slowdown.detector import DetectorConfig
 from rankwatch.workload.config import WorkloadConfig
 from rankwatch.workload.launch import torch_available
 
@@ -44,7 +45,9 @@ def test_a_throttled_rank_is_diagnosed_from_the_stored_signals(tmp_path: Path) -
     # a strong fault: detection margins are the study's business, the plumbing is this one's.
     # 16 extra matmuls were once too few on the loaded CI box (2026-12-02): rank 1 fell to
     # 0.4 of its baseline, at the edge of its noise band over 10 loaded steps, no episode.
-    cfg = WorkloadConfig(steps=30, job="slow-1", fault_from=12, slow_rank=1, slow_matmuls=48)
+    # The fault starts once the baselines hold more than their warm-up: the 10 steps an
+    # episode needs to open come after it.
+    cfg = WorkloadConfig(steps=40, job="slow-1", fault_from=20, slow_rank=1, slow_matmuls=48)
     run_embedded_workload(cfg, tmp_path / "run", skip_steps=2, dsn=dsn)
     with Store.connect(dsn) as store:
         rows = store.query(
@@ -56,7 +59,7 @@ def test_a_throttled_rank_is_diagnosed_from_the_stored_signals(tmp_path: Path) -
             " AND kind != 'straggler' ORDER BY time"
         )
     assert [(r["step"], r["rank"]) for r in rows] == [
-        (s, r) for s in range(2, 30) for r in range(4)
+        (s, r) for s in range(2, 40) for r in range(4)
     ]
     assert all(r["flops_per_s"] > 0 and r["busbw"] > 0 and r["throughput"] > 0 for r in rows)
     flops = [a for a in alerts if a["kind"] == "flops-drop"]
@@ -98,12 +101,18 @@ def _closing_message(rank: int, step: int, flops: float) -> bytes:
     )  # fmt: skip
 
 
+OPEN = DetectorConfig().open_after
+SLOW = range(12, 15 + OPEN)
+"""Rank 1's slow steps: its episode opens at step 11 + OPEN and closes 3 steps after."""
+END = 25 + OPEN
+
+
 def _run(pipeline: Pipeline, steps: range, sink: TableSink | None = None) -> list[tuple[str, ...]]:
-    """Feed both ranks (rank 1 at 1/8 the FLOPs in steps 12-19); the alerts sent."""
+    """Feed both ranks (rank 1 at 1/8 the FLOPs in the SLOW steps); the alerts sent."""
     sent = []
     for step in steps:
         for rank in (0, 1):
-            flops = 1e9 if rank == 1 and 12 <= step < 20 else 8e9
+            flops = 1e9 if rank == 1 and step in SLOW else 8e9
             out = pipeline.on_message(_closing_message(rank, step, flops), Source("ops"), 0)
             if sink is not None:
                 sink.write(out)
@@ -118,15 +127,16 @@ def test_the_open_episode_survives_a_restart_through_the_store(tmp_path: Path) -
     """Rows stored by one pipeline, read back by load_history, restore a fresh one: the
     alerts of the two together are those of an uninterrupted run (one firing, one
     resolved, one id)."""
-    whole = _run(Pipeline(), range(30))
+    whole = _run(Pipeline(), range(END))
+    killed = 13 + OPEN  # two steps after the alert fired
     with Store.connect(f"chdb://{tmp_path / 'chdb'}") as store:
         store.migrate()
-        before = _run(Pipeline(), range(18), TableSink(store))
+        before = _run(Pipeline(), range(killed), TableSink(store))
         history = load_history(store, "r", (2, 1), closed_memory=4096, window=20, alert_window=10)
-    assert len(history.signals) == 18 and [a["kind"] for a in history.slowdown_alerts] == [
+    assert len(history.signals) == killed and [a["kind"] for a in history.slowdown_alerts] == [
         "flops-drop"
     ]
     after = Pipeline()
     after.restore("r", (2, 1), history)
-    assert before + _run(after, range(18, 30)) == whole
+    assert before + _run(after, range(killed, END)) == whole
     assert [state for _, state, _ in whole] == ["firing", "resolved"]

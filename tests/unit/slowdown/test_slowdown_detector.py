@@ -34,6 +34,8 @@ HEALTHY = Signals(
 
 JOB_WARM = DetectorConfig().job_warmup + 5
 """Healthy steps before a fault for the job's throughput to be judged."""
+OPEN = DetectorConfig().open_after
+"""Anomalous steps in a row that open an episode."""
 
 
 def step(n: int, ranks: int = 4, **slow: Any) -> list[Signals]:
@@ -59,14 +61,15 @@ def test_healthy_job_never_alerts() -> None:
 def test_one_episode_one_alert_naming_the_rank() -> None:
     slow = {"r1": {"flops_per_s": 3e10}}
     steps = [step(n) for n in range(10)]
-    steps += [step(n, **slow) for n in range(10, 20)]
-    steps += [step(n) for n in range(20, 30)]
+    steps += [step(n, **slow) for n in range(10, 10 + OPEN + 5)]
+    steps += [step(n) for n in range(10 + OPEN + 5, 10 + OPEN + 15)]
     alerts = run(SlowdownDetector(), steps)
+    fired = 10 + OPEN - 1  # the OPEN-th anomalous step in a row
     assert [(a.kind, a.state, a.step, a.ranks) for a in alerts] == [
-        ("flops-drop", "firing", 14, (1,)),  # fifth anomalous step in a row
-        ("flops-drop", "resolved", 22, (1,)),  # third normal one
+        ("flops-drop", "firing", fired, (1,)),
+        ("flops-drop", "resolved", fired + 8, (1,)),  # the third normal one
     ]
-    assert alerts[0].alert_id == alerts[1].alert_id == "flops-drop:j:14"
+    assert alerts[0].alert_id == alerts[1].alert_id == f"flops-drop:j:{fired}"
     message = alerts[0].message()
     assert message["version"] == 2 and message["evidence"]["value"] == 3e10
     assert message["evidence"]["baseline"] == 1e11
@@ -94,19 +97,23 @@ def test_a_signal_swinging_between_two_levels_keeps_both_in_its_baseline() -> No
     high = {"r3": {"busbw": 4e8}}
     steps = [step(n, **high) for n in range(5)]
     steps += [step(n, **(low if n % 5 < 3 else high)) for n in range(5, 40)]  # 3 low, 2 high
-    steps += [step(n, **low) for n in range(40, 46)]  # then a longer low run
+    longer = range(40, 41 + OPEN)
+    steps += [step(n, **low) for n in longer]  # then a low run long enough to open
     assert run(SlowdownDetector(), steps) == []
     # the same long run after only high steps is a drop
-    only_high = [step(n, **high) for n in range(40)] + [step(n, **low) for n in range(40, 46)]
+    only_high = [step(n, **high) for n in range(40)] + [step(n, **low) for n in longer]
     assert [a.kind for a in run(SlowdownDetector(), only_high)] == ["bandwidth-drop"]
 
 
 def test_shares_alert_above_floor_and_baseline() -> None:
     d = SlowdownDetector(DetectorConfig())
     steps = [step(n) for n in range(10)]
-    steps += [step(n, r2={"gc_s": 0.02}) for n in range(10, 15)]  # 20% of 0.1 s
-    steps += [step(n, r0={"data_wait_s": 0.03}) for n in range(15, 20)]
-    steps += [step(n, r3={"t_inter": 0.04, "v_inter": 0.4}) for n in range(20, 25)]
+    at = 10 + OPEN
+    steps += [step(n, r2={"gc_s": 0.02}) for n in range(10, at)]  # 20% of 0.1 s
+    steps += [step(n, r0={"data_wait_s": 0.03}) for n in range(at, at + OPEN)]
+    steps += [
+        step(n, r3={"t_inter": 0.04, "v_inter": 0.4}) for n in range(at + OPEN, at + 2 * OPEN)
+    ]
     kinds = {(a.kind, a.ranks) for a in run(d, steps) if a.state == "firing"}
     assert kinds == {("gc-pauses", (2,)), ("dataloader-bound", (0,)), ("void-high", (3,))}
 
@@ -144,8 +151,8 @@ def test_a_cause_wins_over_its_symptoms() -> None:
     gc_run = [step(n) for n in range(10)]
     slow = {"gc_s": 0.02, "flops_per_s": 3e10}
     gc_run += [
-        step(n, r0={"flops_per_s": 3e10}, r2=slow if n < 16 else {"flops_per_s": 3e10})
-        for n in range(10, 24)
+        step(n, r0={"flops_per_s": 3e10}, r2=slow if n < 11 + OPEN else {"flops_per_s": 3e10})
+        for n in range(10, 19 + OPEN)
     ]
     d = diagnose("j", _rows(gc_run, SlowdownDetector()))
     assert (d.cause, d.ranks) == ("GC", [2])
@@ -174,12 +181,12 @@ def test_an_issue_stall_taken_over_from_a_worker_that_judged_it_resolves() -> No
     """A job handed over mid-episode by a worker with ``issue_stall`` on, to one with it
     off: the alert does not stay firing for ever."""
     before = SlowdownDetector(DetectorConfig(issue_stall=True))
-    run(before, _issue_stalls(16))
+    run(before, _issue_stalls(11 + OPEN))
     state = before.state("j")
     assert state is not None and [a["kind"] for a in state["alerts"]] == ["issue-stall"]
     after = SlowdownDetector()
     after.load("j", state)
-    alerts = run(after, _issue_stalls(17)[16:])
+    alerts = run(after, _issue_stalls(12 + OPEN)[11 + OPEN :])
     assert [(a.kind, a.state) for a in alerts] == [("issue-stall", "resolved")]
     assert all(t["kind"] != "issue-stall" for t in after.state("j")["tracks"])  # type: ignore[index]
 
@@ -192,12 +199,13 @@ def _noisy(n: int, rank: int, factor: float = 1.0) -> dict[str, Any]:
 
 
 def test_a_dip_inside_the_ranks_own_noise_band_is_not_an_anomaly() -> None:
-    """Under half the usual FLOP/s for six steps is under the 0.55 ratio, but within two
+    """Under half the usual FLOP/s for longer than opens an episode is under the 0.55
+    ratio, but within two
     robust deviations of this noisy rank's history (its lower edge is at 0.46e10): a
     quiet-GPU ratio is not a shared host's noise band. A drop to a fifth is outside it."""
     base = [step(n, r2=_noisy(n, 2)) for n in range(30)]
-    dip = [step(n, r2={"flops_per_s": 0.5e10}) for n in range(30, 36)]
-    after = [step(n, r2=_noisy(n, 2)) for n in range(36, 50)]
+    dip = [step(n, r2={"flops_per_s": 0.5e10}) for n in range(30, 31 + OPEN)]
+    after = [step(n, r2=_noisy(n, 2)) for n in range(31 + OPEN, 45 + OPEN)]
     assert run(SlowdownDetector(), base + dip + after) == []
     drop = [step(n, r2=_noisy(n, 2, 0.2)) for n in range(30, 40)]
     assert [(a.kind, a.state, a.ranks) for a in run(SlowdownDetector(), base + drop)] == [
@@ -237,7 +245,7 @@ def test_the_jobs_throughput_is_not_judged_against_its_first_steps() -> None:
     """A job's first steps run at no level it keeps (a busy held-out run: 5 steps near
     270 samples/s, then 135 for the rest, was alerted for 180 steps): its throughput is
     judged only once ``job_warmup`` steps make its baseline."""
-    fast = {f"r{r}": {"throughput": 640.0} for r in range(4)}
+    fast = {f"r{r}": {"throughput": 700.0} for r in range(4)}
     steps = [step(n, **fast) for n in range(5)] + [step(n) for n in range(5, 60)]
     assert run(SlowdownDetector(), steps) == []
     assert [a.kind for a in run(SlowdownDetector(DetectorConfig(job_warmup=5)), steps)] == [
@@ -246,10 +254,10 @@ def test_the_jobs_throughput_is_not_judged_against_its_first_steps() -> None:
 
 
 def test_a_fast_spell_does_not_become_the_jobs_yardstick() -> None:
-    """Thirty steps at twice the job's usual speed (a busy host's spare core), then back
+    """Thirty steps at over twice the job's usual speed (a busy host's spare core), then back
     to it: against the last 20 steps the return reads as a drop; against the job's last
     ``job_window`` healthy steps it is the job's usual speed."""
-    fast = {f"r{r}": {"throughput": 640.0} for r in range(4)}
+    fast = {f"r{r}": {"throughput": 700.0} for r in range(4)}
     steps = [step(n) for n in range(80)] + [step(n, **fast) for n in range(80, 110)]
     steps += [step(n) for n in range(110, 140)]
     assert run(SlowdownDetector(), steps) == []
@@ -305,12 +313,14 @@ def test_a_rank_back_among_its_peers_is_not_slow() -> None:
 def test_the_peer_verdict_travels_with_the_state() -> None:
     """A worker taking the job over mid-episode goes on with the same alert, once."""
     slow = {"r1": {"flops_per_s": 3e10}}
-    steps = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 16)]
+    split = 11 + OPEN
+    steps = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, split)]
     first = SlowdownDetector()
     assert [a.kind for a in run(first, steps)] == ["flops-drop"]
     second = SlowdownDetector()
     second.load("j", first.state("j") or {})
-    more = [step(n, **slow) for n in range(16, 20)] + [step(n) for n in range(20, 25)]
+    more = [step(n, **slow) for n in range(split, split + 4)]
+    more += [step(n) for n in range(split + 4, split + 9)]
     assert [(a.kind, a.state) for a in run(second, more)] == [("flops-drop", "resolved")]
 
 

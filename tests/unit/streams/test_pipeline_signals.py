@@ -14,10 +14,17 @@ from rankwatch.schemas.codec import decode
 from rankwatch.schemas.examples import T0_NS, rank_step
 from rankwatch.streams.kit.output import Output, Source
 from rankwatch.streams.ops.pipeline import JobHistory, Pipeline
+from rankwatch.streams.slowdown.detector import DetectorConfig
 from rankwatch.streams.slowdown.signals import Signals
 
 MS = 1_000_000
 SRC = Source("rankwatch.ops")
+OPEN = DetectorConfig().open_after
+"""Anomalous steps in a row that open an episode."""
+SLOW = set(range(12, 15 + OPEN))
+"""Rank 1's slow steps: the episode opens at step 11 + OPEN, closes three steps after."""
+FIRED = 11 + OPEN
+END = 25 + OPEN
 
 
 def message(rank: int, step: int, flops: float, version: int = 2) -> bytes:
@@ -59,9 +66,9 @@ def test_version_1_producers_give_no_signals() -> None:
 
 
 def test_signals_rows_and_one_alert_per_episode() -> None:
-    out = feed(Pipeline(), range(30), slow=set(range(12, 20)))
+    out = feed(Pipeline(), range(END), slow=SLOW)
     rows: list[dict[str, Any]] = out.rows["rank_signals"]
-    assert [(r["step"], r["rank"]) for r in rows] == [(s, r) for s in range(30) for r in (0, 1)]
+    assert [(r["step"], r["rank"]) for r in rows] == [(s, r) for s in range(END) for r in (0, 1)]
     first = rows[0]
     assert first["flops_per_s"] == 8e9 / 0.080 and first["t_step"] == 0.1
     assert abs(first["v_inter"] - 0.1) < 1e-12 and abs(first["v_minority"] - 1 / 9) < 1e-12
@@ -72,7 +79,8 @@ def test_signals_rows_and_one_alert_per_episode() -> None:
     ]
     signals = [m for k, _, m in out.messages if k == "signals"]
     assert all(decode("signals", orjson.dumps(m)) == m for m in signals)
-    assert [m["anomalies"] for m in signals if m["step"] == 16] == [[], ["flops-drop"]]
+    assert [m["anomalies"] for m in signals if m["step"] == FIRED] == [[], ["flops-drop"]]
+    assert [m["anomalies"] for m in signals if m["step"] == FIRED - 1] == [[], []]
 
 
 def _history(out: Output) -> JobHistory:
@@ -93,21 +101,20 @@ def _alerts(out: Output) -> list[tuple[str, str, str]]:
     return [(m["kind"], m["state"], m["alert_id"]) for k, _, m in out.messages if k == "alerts"]
 
 
-@pytest.mark.parametrize("killed_after", [14, 18, 21])
+@pytest.mark.parametrize("killed_after", [14, FIRED + 2, FIRED + 5])
 def test_a_restarted_pipeline_alerts_as_an_uninterrupted_one(killed_after: int) -> None:
     """Killed three steps into the fault (before the episode opens), after the alert
-    fired (step 16), or as it was closing; restored from the stored rows: the same
+    fired (step FIRED), or as it was closing; restored from the stored rows: the same
     alerts, one firing and one resolved with the same id, as an uninterrupted run."""
-    slow = set(range(12, 20))
-    whole = _alerts(feed(Pipeline(), range(30), slow))
-    before = feed(Pipeline(), range(killed_after), slow)
+    whole = _alerts(feed(Pipeline(), range(END), SLOW))
+    before = feed(Pipeline(), range(killed_after), SLOW)
     after = Pipeline()
     after.restore("j", (2, 1), _history(before))
-    assert _alerts(before) + _alerts(feed(after, range(killed_after, 30), slow)) == whole
+    assert _alerts(before) + _alerts(feed(after, range(killed_after, END), SLOW)) == whole
     assert [state for _, state, _ in whole] == ["firing", "resolved"]
 
 
-@pytest.mark.parametrize("moved_after", [3, 14, 16, 18, 21])
+@pytest.mark.parametrize("moved_after", [3, 14, FIRED, FIRED + 2, FIRED + 5])
 def test_a_pipeline_handed_over_signals_as_an_uninterrupted_one(moved_after: int) -> None:
     """The job moves to another worker (its jobstate message, through the codec, no
     store) while baselines are warming up, before the episode opens, as it opens, while
@@ -116,14 +123,14 @@ def test_a_pipeline_handed_over_signals_as_an_uninterrupted_one(moved_after: int
     from rankwatch.schemas.codec import encode
     from rankwatch.streams.ops.handover import history_from, state_message
 
-    slow = set(range(12, 20))
-    whole = feed(Pipeline(), range(30), slow)
+    whole = feed(Pipeline(), range(END), SLOW)
+    assert [state for _, state, _ in _alerts(whole)] == ["firing", "resolved"]
     old = Pipeline()
-    before = feed(old, range(moved_after), slow)
+    before = feed(old, range(moved_after), SLOW)
     data = encode("jobstate", state_message("j", old.history("j")))
     taker = Pipeline()
     taker.restore("j", (2, 1), history_from(decode("jobstate", data)))
-    after = feed(taker, range(moved_after, 30), slow)
+    after = feed(taker, range(moved_after, END), SLOW)
     assert _alerts(before) + _alerts(after) == _alerts(whole)
     signals = [m for k, _, m in before.messages + after.messages if k in ("signals", "alerts")]
     assert signals == [m for k, _, m in whole.messages if k in ("signals", "alerts")]
