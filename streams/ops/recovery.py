@@ -72,7 +72,8 @@ _SLOWDOWN_ALERTS = (
 )
 SIGNAL_STEPS = 60
 """Stored steps replayed into the slowdown detector (3 rank baseline windows; the job's
-throughput baseline, 100 steps long, comes back with at most 55 of them: a shorter
+throughput baseline, 100 steps long, comes back with at most 50 of them, each value
+entering it ``open_within`` steps late: a shorter
 median, which a handed-over jobstate message does not cut)."""
 _COLUMNS = (
     *("step", "rank", "dp_rank", "stage", "optype", "seq_id"),

@@ -74,10 +74,12 @@ class DetectorConfig:
     open_after: int = 10
     open_within: int = 10
     """An episode opens once ``open_after`` of the last ``open_within`` steps were
-    anomalous (10 of 10: ten in a row). Twice the longest run seen on a healthy job:
-    a loopback all-reduce on shared cores fell under the bandwidth bar, beyond its
-    peers' change, for exactly five steps in one of the fourth study's 40 healthy runs
-    (5 in a row was the rule then; 4 had let a preempted rank through). One length
+    anomalous (10 of 10: ten in a row; ``open_after`` may not exceed ``open_within``).
+    Longer than any run seen on a healthy job: a loopback all-reduce on shared cores
+    fell under the bandwidth bar, beyond its peers' change, for exactly five steps in
+    one of the fourth study's 40 healthy runs (5 in a row was the rule then; 4 had let
+    a preempted rank through), and a busy healthy tuning run's throughput stayed under
+    0.6 of its baseline for 8 (the fifth study's ``tune5``). One length
     for every kind, so a cause never opens after the symptoms it explains (a slow
     link's lowered FLOP/s, the job's throughput) and never pages beside them
     (docs/detection.md, section 3)."""
@@ -90,10 +92,11 @@ class DetectorConfig:
     deviations, set by reasoning, not tuned (docs/detection.md, section 3)."""
     flops_drop: float = 0.55
     bandwidth_drop: float = 0.25
-    """Under a quarter of the baseline. On the second study's tuning runs the deepest
-    five-step dip of a healthy rank's bus bandwidth, its peers' shared change taken
-    out, was 0.38 of its baseline, the shallowest rate-limited link 0.15: a quarter
-    lies between, about their geometric mean (docs/detection.md, section 3)."""
+    """Under a quarter of the baseline. On the second study's tuning runs (episodes
+    opened after 5 steps then) the deepest five-step dip of a healthy rank's bus
+    bandwidth, its peers' shared change taken out, was 0.38 of its baseline, the
+    shallowest rate-limited link 0.15: a quarter lies between, about their geometric
+    mean (docs/detection.md, section 3)."""
     throughput_drop: float = 0.5
     """Half the job's usual throughput. A symptom: the job is slower, not why. Held for
     ten steps, a healthy busy tuning run went as low as 0.61 of its baseline (the fifth
@@ -119,6 +122,10 @@ class DetectorConfig:
     run of seven, and where the device is the bottleneck the latency is the launch
     queue's depth, which the faults shorten (docs/detection.md, section 3)."""
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.open_after <= self.open_within:
+            raise ValueError("need 1 <= open_after <= open_within (10 and 10: ten in a row)")
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -141,14 +148,14 @@ class _Track:
     history: deque[float]
     recent: deque[bool]
     """Whether each of the latest steps was anomalous (while closed)."""
+    alone: _Episode
+    """The episode of the rank standing out of its peers (:data:`PEER_RELATIVE`
+    kinds): the one an alert is raised for (its ``recent`` as long as ``recent``)."""
     run: int = 0  # normal steps in a row while open
     open: bool = False
     pending: deque[float] = field(default_factory=deque)
     """The latest values, not in ``history`` yet: each is admitted once ``open_within``
     newer steps went by without an episode growing out of it."""
-    alone: _Episode = field(default_factory=lambda: _Episode(deque(maxlen=5)))
-    """The episode of the rank standing out of its peers (:data:`PEER_RELATIVE`
-    kinds): the one an alert is raised for."""
 
 
 @dataclass

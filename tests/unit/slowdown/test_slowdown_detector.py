@@ -78,7 +78,7 @@ def test_one_episode_one_alert_naming_the_rank() -> None:
 def test_flapping_does_not_open_an_episode() -> None:
     slow = {"r1": {"flops_per_s": 3e10}}
     steps = [step(n) for n in range(10)]
-    steps += [step(n, **slow) if n % 5 else step(n) for n in range(10, 40)]  # 4 in a row
+    steps += [step(n, **slow) if n % OPEN else step(n) for n in range(10, 40)]  # OPEN - 1 in a row
     assert run(SlowdownDetector(), steps) == []
 
 
@@ -129,12 +129,12 @@ def _rows(steps: list[list[Signals]], detector: SlowdownDetector) -> list[dict[s
 
 def test_diagnosis_names_cause_and_ranks() -> None:
     compute = [step(n) for n in range(10)]
-    compute += [step(n, r1={"flops_per_s": 3e10, "t_step": 0.2}) for n in range(10, 20)]
+    compute += [step(n, r1={"flops_per_s": 3e10, "t_step": 0.2}) for n in range(10, 13 + OPEN)]
     d = diagnose("j", _rows(compute, SlowdownDetector()))
     assert (d.cause, d.ranks) == ("straggler compute", [1])
     assert "FLOP/s: 100 GFLOP/s -> 30 GFLOP/s (0.3x)" in d.text()
     slow = {f"r{r}": {"busbw": 5e7} for r in range(4)}
-    network = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 20)]
+    network = [step(n) for n in range(10)] + [step(n, **slow) for n in range(10, 13 + OPEN)]
     d = diagnose("j", _rows(network, SlowdownDetector()))
     assert (d.cause, d.ranks, d.everyone) == ("everyone-slow network", [0, 1, 2, 3], True)
 
@@ -171,7 +171,7 @@ def test_issue_stalls_are_judged_only_when_asked() -> None:
     """Off by default (docs/detection.md, section 3: the signal did not follow the
     faults on an H100); on, a p99 four times its baseline and 100 µs over it opens an
     episode like any other kind."""
-    steps = _issue_stalls(20)
+    steps = _issue_stalls(13 + OPEN)
     assert run(SlowdownDetector(), steps) == []
     alerts = run(SlowdownDetector(DetectorConfig(issue_stall=True)), steps)
     assert [(a.kind, a.state, a.ranks) for a in alerts] == [("issue-stall", "firing", (2,))]
@@ -199,15 +199,15 @@ def _noisy(n: int, rank: int, factor: float = 1.0) -> dict[str, Any]:
 
 
 def test_a_dip_inside_the_ranks_own_noise_band_is_not_an_anomaly() -> None:
-    """Under half the usual FLOP/s for longer than opens an episode is under the 0.55
-    ratio, but within two
-    robust deviations of this noisy rank's history (its lower edge is at 0.46e10): a
-    quiet-GPU ratio is not a shared host's noise band. A drop to a fifth is outside it."""
+    """Under half the usual FLOP/s, for longer than opens an episode, is under the 0.55
+    ratio but within two robust deviations of this noisy rank's history (its lower edge
+    is at 0.46e10): a quiet-GPU ratio is not a shared host's noise band. A drop to a
+    fifth is outside it."""
     base = [step(n, r2=_noisy(n, 2)) for n in range(30)]
     dip = [step(n, r2={"flops_per_s": 0.5e10}) for n in range(30, 31 + OPEN)]
     after = [step(n, r2=_noisy(n, 2)) for n in range(31 + OPEN, 45 + OPEN)]
     assert run(SlowdownDetector(), base + dip + after) == []
-    drop = [step(n, r2=_noisy(n, 2, 0.2)) for n in range(30, 40)]
+    drop = [step(n, r2=_noisy(n, 2, 0.2)) for n in range(30, 33 + OPEN)]
     assert [(a.kind, a.state, a.ranks) for a in run(SlowdownDetector(), base + drop)] == [
         ("flops-drop", "firing", (2,))
     ]
@@ -224,10 +224,10 @@ def test_a_symptom_is_not_alerted_beside_its_cause() -> None:
     for cause, ranks in faults.items():
         fault = {f"r{r}": {"throughput": 100.0, **ranks.get(f"r{r}", {})} for r in range(4)}
         steps = [step(n) for n in range(JOB_WARM)]
-        steps += [step(n, **fault) for n in range(JOB_WARM, JOB_WARM + 10)]
+        steps += [step(n, **fault) for n in range(JOB_WARM, JOB_WARM + OPEN + 3)]
         detector = SlowdownDetector()
         assert [a.kind for a in run(detector, steps)] == [cause]
-        open_now, _ = detector.observe(step(JOB_WARM + 10, **fault))
+        open_now, _ = detector.observe(step(JOB_WARM + OPEN + 3, **fault))
         flagged = {k for kinds in open_now.values() for k in kinds}
         assert {"flops-drop", "throughput-drop"} <= flagged  # diagnose reads the rows
 
@@ -235,7 +235,7 @@ def test_a_symptom_is_not_alerted_beside_its_cause() -> None:
 def test_the_jobs_throughput_alerts_when_no_rank_says_why() -> None:
     steps = [step(n) for n in range(JOB_WARM)]
     slower = {f"r{r}": {"throughput": 100.0} for r in range(4)}
-    steps += [step(n, **slower) for n in range(JOB_WARM, JOB_WARM + 10)]
+    steps += [step(n, **slower) for n in range(JOB_WARM, JOB_WARM + OPEN + 3)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [
         ("throughput-drop", (-1,))
     ]
@@ -273,12 +273,12 @@ def test_what_every_rank_feels_at_once_is_not_one_ranks_fault() -> None:
     still is named."""
     every = {f"r{r}": {"flops_per_s": 3e10, "throughput": 100.0} for r in range(4)}
     steps = [step(n) for n in range(JOB_WARM)]
-    steps += [step(n, **every) for n in range(JOB_WARM, JOB_WARM + 10)]
+    steps += [step(n, **every) for n in range(JOB_WARM, JOB_WARM + OPEN + 3)]
     detector = SlowdownDetector()
     assert [(a.kind, a.ranks) for a in run(detector, steps)] == [("throughput-drop", (-1,))]
     assert diagnose("j", _rows(steps, SlowdownDetector())).cause == "everyone-slow compute"
     further = {**every, "r2": {"flops_per_s": 0.6e10, "throughput": 100.0}}
-    steps = [step(n) for n in range(10)] + [step(n, **further) for n in range(10, 20)]
+    steps = [step(n) for n in range(10)] + [step(n, **further) for n in range(10, 13 + OPEN)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [("flops-drop", (2,))]
 
 
@@ -288,13 +288,13 @@ def test_a_slow_half_of_the_job_is_still_judged_against_the_other_half() -> None
     rank. A whole slow stage is under no peer doing its work: the straggler rule
     (which compares stages) names it, not flops-drop, and diagnose takes its alert."""
     dp1 = {"r1": {"flops_per_s": 3e10}, "r3": {"flops_per_s": 3e10}}
-    steps = [step(n) for n in range(10)] + [step(n, **dp1) for n in range(10, 20)]
+    steps = [step(n) for n in range(10)] + [step(n, **dp1) for n in range(10, 13 + OPEN)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), steps)] == [("flops-drop", (1, 3))]
     two = [step(n, ranks=2) for n in range(10)]
-    two += [step(n, ranks=2, r1={"flops_per_s": 3e10}) for n in range(10, 20)]
+    two += [step(n, ranks=2, r1={"flops_per_s": 3e10}) for n in range(10, 13 + OPEN)]
     assert [(a.kind, a.ranks) for a in run(SlowdownDetector(), two)] == [("flops-drop", (1,))]
     stage = {"r2": {"flops_per_s": 3e10}, "r3": {"flops_per_s": 3e10}}
-    steps = [step(n) for n in range(10)] + [step(n, **stage) for n in range(10, 20)]
+    steps = [step(n) for n in range(10)] + [step(n, **stage) for n in range(10, 13 + OPEN)]
     detector = SlowdownDetector()
     assert run(detector, steps) == []
     alert = StragglerAlert("stage", "1", "compute", [2, 3], ["h"], True)
@@ -333,7 +333,8 @@ def test_a_rank_falling_alone_against_its_past_is_not_in_its_rows() -> None:
     assert not any(r["anomalies"] for r in rows)
     every = {f"r{r}": {"flops_per_s": 3e10} for r in range(4)}
     rows = _rows(
-        [step(n) for n in range(10)] + [step(n, **every) for n in range(10, 20)], SlowdownDetector()
+        [step(n) for n in range(10)] + [step(n, **every) for n in range(10, 13 + OPEN)],
+        SlowdownDetector(),
     )
     assert {r["rank"] for r in rows if "flops-drop" in r["anomalies"]} == {0, 1, 2, 3}
 
