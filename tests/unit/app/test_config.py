@@ -58,6 +58,7 @@ def test_the_slowdown_detector_takes_its_section(tmp_path: Path) -> None:
         ("[kafka]\nbootsrap = 'x'\n", "unknown key 'bootsrap'"),
         ("[assembly]\ngrace_s = 'soon'\n", "grace_s must be float"),
         ("[assembly]\nlate = 'retry'\n", "late must be one of drop, reanalyse"),
+        ("[slowdown]\nopen_after = 12\n", "need 1 <= open_after <= open_within"),
         ("[kafka\n", "cannot read config"),
     ],
 )
