@@ -113,6 +113,11 @@ def test_a_paused_worker_stores_nothing_stale_and_no_partial_row_wins(
         assert "Traceback" not in log, log[-4000:]
         assert _count(dsn, "SELECT count() AS n FROM steps WHERE partial") == 0
         assert_stored_as_clean(dsn, clean)
-        assert woke["blind_ticks"] >= 1, woke  # the pause restarted its open steps' grace
+        # On waking, the worker either ticks first (the pause restarted its open steps'
+        # grace: a blind tick) or learns first that its partitions were lost in the pause
+        # and drops their open steps (nothing left to restart): a clean-clone CI run on
+        # a loaded box (2026-12-04) went the second way, with every row right.
+        lost_first = "partitions lost, not handed over" in log
+        assert woke["blind_ticks"] >= 1 or lost_first, woke
     finally:
         server.stop()
