@@ -7,29 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.servergroups import write_group
 
 from rankwatch.cli import main
-
-
-def write_group(root: Path, servers: int = 6) -> Path:
-    rng = np.random.default_rng(0)
-    for s in range(servers):
-        t = np.arange(600)
-        base = 0.5 + 0.3 * np.sin(t / 12.0)[:, None]
-        x = np.clip(base + 0.02 * rng.standard_normal((600, 3)), 0, 1).astype(np.float32)
-        label = np.zeros(200, dtype=np.uint8)
-        test = x[400:].copy()
-        if s == 2:
-            test[80:130, 1] -= 0.4
-            label[80:130] = 1
-        np.savez(root / f"omi-{s + 1}.npz", train=x[:400], test=test, test_label=label)
-    return root
 
 
 def test_eval_prints_both_detectors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     group = write_group(tmp_path)
-    assert main(["minder", "eval", str(group), "--format", "json", "--epochs", "1"]) == 0
+    assert main(["minder", "eval", str(group), "--paper", "--format", "json", "--epochs", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     for name in ("minder", "baseline"):
         assert {"precision", "recall", "f1", "mean_delay_points"} <= set(out[name])

@@ -61,7 +61,7 @@ def test_truncated_asd_servers_line_up_and_are_scored(tmp_path: Path) -> None:
 def test_eval_cli_on_truncated_servers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     group = asd_copy(tmp_path, train_rows=1500, test_rows=1000)
-    assert main(["minder", "eval", str(group), "--format", "json", "--epochs", "1"]) == 0
+    assert main(["minder", "eval", str(group), "--paper", "--format", "json", "--epochs", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     for name in ("minder", "baseline"):
         assert 0.0 <= out[name]["f1"] <= 1.0 and out[name]["segments"] > 0

@@ -1,0 +1,164 @@
+"""The default detector: each machine against its own history *and* against its peers,
+each measured in units of that machine's own healthy record (``docs/minder.md``, "The
+default detector").
+
+Why two halves. The peer comparison (the paper's premise) removes what every machine
+goes through together, a daily cycle or a job phase, and finds the machine that leaves
+the group; it is blind where machines do not move together, and it reads a lasting
+difference between machines as a fault. A machine's own history (the Mahalanobis
+distance of its window means from its own train windows: correlated metrics, such as
+a load every metric follows, count once) needs no peers at all, and misses what the
+whole group does at once. On the development servers each half finds faults the
+other misses; their mean lets neither decide alone.
+
+- **Own history**: per machine, the mean and shrunk covariance of its per-metric
+  window means over its train split (``baseline.fit_reference``, the same estimate the
+  Mahalanobis baseline fits to all machines pooled); a window's score is its distance
+  from them.
+- **Peers**: the residual score (``residual``), mean over the *peer metrics* only: the
+  metrics in which the peer median explains at least half of a machine's variance
+  over the train split (:func:`peer_metrics`). A metric that does not move with the
+  peers carries no peer information: comparing it with the peers is noise. No peer
+  metric (a group whose machines do not move together, or one machine): the peer half
+  is left out and the own history decides alone.
+- **One unit**: each half is divided by the machine's own ``quantile`` of that half's
+  scores over its train split, so 1 means "as odd as this machine's odd windows used
+  to be", whatever the metric count or the machine; the score is the mean of the two
+  halves, a candidate where it exceeds 1, reported after ``continuity`` windows.
+
+Two settings (the quantile and the continuity), the same two as the baseline's, and
+chosen the same way (``nested``). No labels are read here.
+
+Legend: M machines, T grid points, K metrics, N windows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rankwatch.streams.minder.baseline import Reference, fit_reference, mahalanobis, window_means
+from rankwatch.streams.minder.continuity import confirm
+from rankwatch.streams.minder.peers import peer_deviation
+from rankwatch.streams.minder.residual import OwnBaseline, fit_own_baseline, residual_scores
+from rankwatch.streams.minder.similarity import window_starts
+
+F64 = NDArray[np.float64]
+PEER_SHARE = 0.5
+"""A metric is a peer metric where the peer median explains at least this share of the
+machines' variance over the train split: more of a machine's movement is the group's
+than its own. On ASD the metrics split far from it (at most 0.17 or at least 0.64)."""
+FLOOR = 0.02
+"""The residual's smallest spread, in normalised units (``MinderConfig.floor``)."""
+
+
+@dataclass(frozen=True)
+class BlendFit:
+    """What the default detector learns from the unlabelled train split."""
+
+    peer_k: tuple[int, ...]
+    """The peer metrics' column indices; empty: own history only."""
+    own: OwnBaseline
+    references: tuple[Reference | None, ...]
+    """Per machine, its own history's window means (None: no complete train window)."""
+    history_train_NM: F64
+    """Own-history scores of the train windows (for the per-machine quantiles)."""
+    peer_train_NM: F64 | None
+    """Peer scores of the train windows; None without peer metrics."""
+    window: int
+    stride: int
+
+
+def explained_share(train_MTK: NDArray[np.floating]) -> F64:
+    """(K,): per metric, the share of the machines' variance (around their own means)
+    that the peer median explains: 1 - var(value - peer median) / var(value - own mean),
+    pooled over machines. Near 1 where machines move together, near 0 or below where
+    they do not. NaN for a metric with no variance."""
+    x = np.asarray(train_MTK, dtype=np.float64)
+    out = np.full(x.shape[2], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN metric: stays NaN
+        for k in range(x.shape[2]):
+            own = x[:, :, k] - np.nanmean(x[:, :, k], axis=1, keepdims=True)
+            total = float(np.nanmean(own**2))
+            if total > 0 and x.shape[0] >= 3:
+                out[k] = 1.0 - float(np.nanmean(peer_deviation(x[:, :, k]) ** 2)) / total
+    return out
+
+
+def peer_metrics(train_MTK: NDArray[np.floating], share: float = PEER_SHARE) -> tuple[int, ...]:
+    """The metrics whose peer median explains at least ``share`` of the variance."""
+    explained = explained_share(train_MTK)
+    return tuple(int(k) for k in np.flatnonzero(np.nan_to_num(explained, nan=-1.0) >= share))
+
+
+def fit_blend(
+    train_MTK: NDArray[np.floating], window: int, stride: int, floor: float = FLOOR
+) -> BlendFit:
+    """Both halves' yardsticks from the train split (no labels)."""
+    x = np.asarray(train_MTK, dtype=np.float64)
+    starts = window_starts(x.shape[1], window, stride)
+    means_NMK = window_means(x, starts, window)
+    refs: list[Reference | None] = []
+    for m in range(x.shape[0]):
+        rows = means_NMK[:, m]
+        complete = rows[~np.isnan(rows).any(axis=1)]
+        refs.append(fit_reference(complete) if complete.shape[0] >= 2 else None)
+    peer_k = peer_metrics(x)
+    own = fit_own_baseline(x, floor)
+    history = _history(refs, means_NMK)
+    peer = _peer(peer_k, own, window, x, starts)
+    return BlendFit(peer_k, own, tuple(refs), history, peer, window, stride)
+
+
+def _history(refs: Sequence[Reference | None], means_NMK: F64) -> F64:
+    out = np.full(means_NMK.shape[:2], np.nan)
+    for m, ref in enumerate(refs):
+        if ref is not None:
+            out[:, m] = mahalanobis(means_NMK[:, m], ref)
+    return out
+
+
+def _peer(
+    peer_k: tuple[int, ...], own: OwnBaseline, window: int, x_MTK: F64, starts: NDArray[np.int64]
+) -> F64 | None:
+    if not peer_k:
+        return None
+    per_metric = [
+        residual_scores(x_MTK[:, :, k], starts, window, own.loc_KM[k], own.scale_KM[k])
+        for k in peer_k
+    ]
+    return np.asarray(np.mean(per_metric, axis=0))
+
+
+def _unit(train_NM: F64, quantile: float) -> F64:
+    """(M,): each machine's own ``quantile`` of its train scores (NaN: no train score)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        q = np.nanquantile(train_NM, quantile, axis=0)
+    return np.where(q > 0, q, np.nan)
+
+
+def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) -> F64:
+    """(N, M) on ``x``'s windows: the mean of the two halves, each in units of the
+    machine's own train ``quantile``; NaN where a machine is not scored (a missing
+    point in the window, no history)."""
+    x = np.asarray(x_MTK, dtype=np.float64)
+    if x.shape[0] != len(fit.references):
+        raise ValueError(f"fitted on {len(fit.references)} machines, {x.shape[0]} given")
+    starts = window_starts(x.shape[1], fit.window, fit.stride)
+    history = _history(fit.references, window_means(x, starts, fit.window))
+    halves = [history / _unit(fit.history_train_NM, quantile)]
+    peer = _peer(fit.peer_k, fit.own, fit.window, x, starts)
+    if peer is not None and fit.peer_train_NM is not None:
+        halves.append(peer / _unit(fit.peer_train_NM, quantile))
+    return np.asarray(np.mean(halves, axis=0))
+
+
+def blend_decide(scores_NM: F64, continuity: int) -> NDArray[np.bool_]:
+    """Reported windows: score above 1 for ``continuity`` windows in a row."""
+    return confirm(np.nan_to_num(scores_NM, nan=0.0) > 1.0, continuity)
