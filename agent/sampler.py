@@ -13,12 +13,47 @@ several ranks per host.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 
 from rankwatch.agent import procfs
 
 Reader = Callable[[str], str]
 Parser = Callable[[str], dict[str, float]]
+
+HOST_GAUGES = ("cpu_util", "cpu_iowait", "load1", "mem_used_bytes", "mem_util")
+HOST_RATES = (
+    ("net/dev.rx_bytes", "net_rx_Bps"),
+    ("net/dev.tx_bytes", "net_tx_Bps"),
+    ("diskstats.read_bytes", "disk_read_Bps"),
+    ("diskstats.write_bytes", "disk_write_Bps"),
+    ("net/netstat.ce_pkts", "net_ecn_ce_pps"),
+)
+PROCESS_GAUGES = {"status.rss_bytes": "rss_bytes", "stat.threads": "threads"}
+PROCESS_RATES = (
+    ("stat.cpu_s", "cpu_util", 100.0),
+    ("schedstat.wait_s", "cpu_wait", 100.0),
+    ("stat.majflt", "major_faults_ps", 1.0),
+    ("stat.minflt", "minor_faults_ps", 1.0),
+    ("status.nvcsw", "involuntary_switches_ps", 1.0),
+    ("io.read_bytes", "io_read_Bps", 1.0),
+    ("io.write_bytes", "io_write_Bps", 1.0),
+    ("net/dev.rx_bytes", "net_rx_Bps", 1.0),
+    ("net/dev.tx_bytes", "net_tx_Bps", 1.0),
+)
+GPU_PREFIX = re.compile(r"^gpu\d+_")
+"""NVML metrics are per device: ``gpu<i>_<probe>`` (``gpu.GpuSampler``)."""
+
+
+def agent_metric(name: str) -> bool:
+    """Whether the agent (any of its samplers) can send a metric of this name: a model
+    trained on other names (ASD's ``m1``...) can score nothing the agent sends."""
+    return bool(name in _AGENT_NAMES or GPU_PREFIX.match(name))
+
+
+def agent_metric_examples() -> list[str]:
+    """A few of the agent's metric names, for an error message."""
+    return [*HOST_GAUGES[:2], HOST_RATES[0][1], PROCESS_RATES[3][1], "gpu0_util"]
 
 
 def read_text(path: str) -> str:
@@ -103,13 +138,7 @@ class HostSampler(_Sampler):
         if raw.get("meminfo.mem_total_bytes"):
             out["mem_used_bytes"] = raw["meminfo.mem_used_bytes"]
             out["mem_util"] = 100.0 * raw["meminfo.mem_used_bytes"] / raw["meminfo.mem_total_bytes"]
-        for src, dst in (
-            ("net/dev.rx_bytes", "net_rx_Bps"),
-            ("net/dev.tx_bytes", "net_tx_Bps"),
-            ("diskstats.read_bytes", "disk_read_Bps"),
-            ("diskstats.write_bytes", "disk_write_Bps"),
-            ("net/netstat.ce_pkts", "net_ecn_ce_pps"),
-        ):
+        for src, dst in HOST_RATES:
             if src in rate:
                 out[dst] = rate[src]
         return out
@@ -138,20 +167,10 @@ class ProcessSampler(_Sampler):
 
     def sample(self, now_ns: int) -> dict[str, float]:
         raw = self.raw()
-        gauges = {"status.rss_bytes": "rss_bytes", "stat.threads": "threads"}
+        gauges = PROCESS_GAUGES
         rate = self.rates.update(now_ns, {k: v for k, v in raw.items() if k not in gauges})
         out = {dst: raw[src] for src, dst in gauges.items() if src in raw}
-        for src, dst, scale in (
-            ("stat.cpu_s", "cpu_util", 100.0),
-            ("schedstat.wait_s", "cpu_wait", 100.0),
-            ("stat.majflt", "major_faults_ps", 1.0),
-            ("stat.minflt", "minor_faults_ps", 1.0),
-            ("status.nvcsw", "involuntary_switches_ps", 1.0),
-            ("io.read_bytes", "io_read_Bps", 1.0),
-            ("io.write_bytes", "io_write_Bps", 1.0),
-            ("net/dev.rx_bytes", "net_rx_Bps", 1.0),
-            ("net/dev.tx_bytes", "net_tx_Bps", 1.0),
-        ):
+        for src, dst, scale in PROCESS_RATES:
             if src in rate:
                 out[dst] = rate[src] * scale
         return out
@@ -205,3 +224,14 @@ class RdmaSampler:
                 scale = 4.0 if rel.startswith("counters/port_") else 1.0
                 totals[name] = totals.get(name, 0.0) + value * scale
         return self.rates.update(now_ns, totals)
+
+
+_AGENT_NAMES = frozenset(
+    [
+        *HOST_GAUGES,
+        *(dst for _, dst in HOST_RATES),
+        *PROCESS_GAUGES.values(),
+        *(dst for _, dst, _ in PROCESS_RATES),
+        *RDMA_COUNTERS.values(),
+    ]
+)

@@ -362,9 +362,10 @@ def _detect_live(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     from rankwatch.config import load_config, service_settings, with_flags
+    from rankwatch.errors import UserError
     from rankwatch.streams.kit.faustapp import serve
     from rankwatch.streams.minder.online import OnlineConfig
-    from rankwatch.streams.minder.worker import MinderSettings, build_minder_app
+    from rankwatch.streams.minder.worker import MinderSettings, build_minder_app, model_refusal
     from rankwatch.topics import make_topics
 
     flags = {
@@ -379,6 +380,9 @@ def _worker(args: argparse.Namespace) -> int:
     }
     config = with_flags(load_config(args.config), flags)
     minder = config.minder
+    refusal = model_refusal(minder.model)
+    if refusal:
+        raise UserError(refusal)
     settings = MinderSettings(
         **service_settings(config, "-minder"),
         status_file=minder.status_file or None,

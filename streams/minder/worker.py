@@ -36,6 +36,7 @@ from typing import Any
 import faust
 import numpy as np
 
+from rankwatch.agent.sampler import agent_metric, agent_metric_examples
 from rankwatch.schemas.codec import InvalidMessage, decode
 from rankwatch.streams.kit.acks import InOrder
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
@@ -128,6 +129,27 @@ def load_model(path: str) -> MinderModel | None:
         return None
     with np.load(Path(path), allow_pickle=False) as arrays:
         return model_from_arrays(dict(arrays))
+
+
+def model_refusal(path: str) -> str | None:
+    """Why the worker must not start with this model, in one line; None if it may.
+    A model none of whose metrics the agent sends (one trained on ASD's ``m1..m19``)
+    would score nothing at all, silently: refused before the worker connects."""
+    if not path:
+        return None
+    try:
+        model = load_model(path)
+    except (OSError, KeyError, ValueError) as exc:
+        return f"cannot read the model {path}: {exc}"
+    assert model is not None
+    if any(agent_metric(name) for name in model.metrics):
+        return None
+    shown = ", ".join(model.metrics[:4]) + (", ..." if len(model.metrics) > 4 else "")
+    return (
+        f"the model {path} knows {len(model.metrics)} metrics ({shown}), none of which the "
+        f"agent sends ({', '.join(agent_metric_examples())}, ...): train it on the agent's "
+        "metrics, or start without --model"
+    )
 
 
 class MinderState:

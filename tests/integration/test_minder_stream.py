@@ -66,11 +66,13 @@ def test_agent_publishes_real_host_metrics(kafka_broker: str, unique_topic: str)
     assert all(m["metrics"]["mem_used_bytes"] > 0 for m in got)
 
 
-def fleet_messages(job: str, start_ns: int, seconds: int, faulty: str | None) -> list[bytes]:
+def fleet_messages(
+    job: str, start_ns: int, seconds: int, faulty: str | None, hosts: int = 8
+) -> list[bytes]:
     rng = np.random.default_rng(abs(hash(job)) % 2**32)
     out = []
     for s in range(seconds):
-        for h in range(8):
+        for h in range(hosts):
             host = f"{job}-node{h}"
             cpu = 70 + 15 * np.sin(s / 15) + rng.normal(0, 1.0)
             if host == faulty and 60 <= s < 140:
@@ -93,7 +95,9 @@ def test_worker_reports_the_faulty_machine_once(kafka_broker: str, tmp_path: Pat
         "RANKWATCH_GROUP": f"{prefix}-g",
     }
     cmd = [sys.executable, "-m", "rankwatch", "minder", "worker", "--kafka", kafka_broker]
+    status = tmp_path / "minder.status.json"
     cmd += ["--clickhouse", dsn, "--window", "10", "--continuity", "3"]
+    cmd += ["--status-file", str(status)]
     with log.open("wb") as out:
         worker = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
     start = time.time_ns() - 300 * NS
@@ -102,12 +106,15 @@ def test_worker_reports_the_faulty_machine_once(kafka_broker: str, tmp_path: Pat
         for job, faulty in (("sick", "sick-node3"), ("healthy", None)):
             for value in fleet_messages(job, start, 240, faulty):
                 box.put(job.encode(), value)
+        for value in fleet_messages("lone", start, 240, None, hosts=1):  # nothing to compare
+            box.put(b"lone", value)
         box.close(timeout_s=60)
-        assert box.counters.sent == 2 * 240 * 8, box.counters
+        assert box.counters.sent == 2 * 240 * 8 + 240, box.counters
         alerts = asyncio.run(
             consume(kafka_broker, f"{prefix}.alerts", "alerts", lambda g: len(g) >= 2, 120)
         )
         time.sleep(3)  # one more tick: the rows of the last windows are stored
+        health = orjson.loads(status.read_bytes())
     finally:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -131,6 +138,10 @@ def test_worker_reports_the_faulty_machine_once(kafka_broker: str, tmp_path: Pat
     assert {r["job"] for r in scores} == {"healthy", "sick"}
     assert [r["c"] for r in scores if r["job"] == "healthy"] == [0]
     assert sorted(r["state"] for r in stored) == ["firing", "resolved"]
+    # the one-host job: no row, and the health file and the log say why
+    why = health["unscored_jobs"]
+    assert set(why) == {"lone"} and "1 of 1 machines" in why["lone"], why
+    assert "job lone: nothing scored: " in log.read_text()
 
 
 def test_agent_command_publishes_to_the_prefixed_topic(kafka_broker: str) -> None:
