@@ -252,8 +252,8 @@ def _nested(args: argparse.Namespace) -> int:
         print(f"  {label:25s} {d['difference']:+g} [{d['ci95'][0]:+g}, {d['ci95'][1]:+g}]")
     peers = out["peer_metrics"]
     print(
-        f"peer metrics ({len(peers)} of {len(group.metrics)}): {', '.join(peers) or 'none'}"
-        + ("" if peers else " (own history alone)")
+        f"peer metrics ({len(peers)} of {len(group.metrics)}, in the history and the test "
+        f"split): {', '.join(peers) or 'none'}" + ("" if peers else " (own history alone)")
     )
     return 0
 

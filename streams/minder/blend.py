@@ -16,11 +16,12 @@ other misses; their mean lets neither decide alone.
   Mahalanobis baseline fits to all machines pooled); a window's score is its distance
   from them.
 - **Peers**: the residual score (``residual``), mean over the *peer metrics* only: the
-  metrics in which the peer median explains at least half of a machine's variance
-  over the train split (:func:`peer_metrics`). A metric that does not move with the
-  peers carries no peer information: comparing it with the peers is noise. No peer
-  metric (a group whose machines do not move together, or one machine): the peer half
-  is left out and the own history decides alone.
+  metrics in which the peer median explains at least half of the machines' variance,
+  over the train split (:func:`peer_metrics`) and over the data being scored
+  (:func:`still_peers`). A metric that does not move with the peers carries no peer
+  information: comparing it with the peers is noise. No peer metric (a group whose
+  machines do not move together, or fewer than three machines): the peer half is left
+  out and the own history decides alone.
 - **One unit**: each half is divided by the machine's own ``quantile`` of that half's
   scores over its train split, so 1 means "as odd as this machine's odd windows used
   to be", whatever the metric count or the machine; the score is the mean of the two
@@ -67,8 +68,9 @@ class BlendFit:
     """Per machine, its own history's window means (None: no complete train window)."""
     history_train_NM: F64
     """Own-history scores of the train windows (for the per-machine quantiles)."""
-    peer_train_NM: F64 | None
-    """Peer scores of the train windows; None without peer metrics."""
+    peer_train_KNM: F64
+    """Per peer metric (in ``peer_k``'s order), its residual scores of the train windows
+    (for the per-machine quantiles)."""
     window: int
     stride: int
 
@@ -115,6 +117,15 @@ def fit_blend(
     return BlendFit(peer_k, own, tuple(refs), history, peer, window, stride)
 
 
+def still_peers(fit: BlendFit, x_MTK: NDArray[np.floating]) -> list[int]:
+    """Which of the fit's peer metrics (positions in ``peer_k``) the peers' median still
+    explains at least half of in ``x``, the data being scored (no labels): a group that
+    moved together in its history and no longer does keeps no peer half that is now
+    noise."""
+    explained = np.nan_to_num(explained_share(x_MTK), nan=-1.0)
+    return [i for i, k in enumerate(fit.peer_k) if explained[k] >= PEER_SHARE]
+
+
 def _history(refs: Sequence[Reference | None], means_NMK: F64) -> F64:
     out = np.full(means_NMK.shape[:2], np.nan)
     for m, ref in enumerate(refs):
@@ -124,15 +135,13 @@ def _history(refs: Sequence[Reference | None], means_NMK: F64) -> F64:
 
 
 def _peer(
-    peer_k: tuple[int, ...], own: OwnBaseline, window: int, x_MTK: F64, starts: NDArray[np.int64]
-) -> F64 | None:
-    if not peer_k:
-        return None
-    per_metric = [
-        residual_scores(x_MTK[:, :, k], starts, window, own.loc_KM[k], own.scale_KM[k])
-        for k in peer_k
-    ]
-    return np.asarray(np.mean(per_metric, axis=0))
+    peer_k: Sequence[int], own: OwnBaseline, window: int, x_MTK: F64, starts: NDArray[np.int64]
+) -> F64:
+    """(len(peer_k), N, M): each peer metric's residual score per window and machine."""
+    out = np.full((len(peer_k), starts.size, x_MTK.shape[0]), np.nan)
+    for i, k in enumerate(peer_k):
+        out[i] = residual_scores(x_MTK[:, :, k], starts, window, own.loc_KM[k], own.scale_KM[k])
+    return out
 
 
 def _unit(train_NM: F64, quantile: float) -> F64:
@@ -153,9 +162,10 @@ def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) ->
     starts = window_starts(x.shape[1], fit.window, fit.stride)
     history = _history(fit.references, window_means(x, starts, fit.window))
     halves = [history / _unit(fit.history_train_NM, quantile)]
-    peer = _peer(fit.peer_k, fit.own, fit.window, x, starts)
-    if peer is not None and fit.peer_train_NM is not None:
-        halves.append(peer / _unit(fit.peer_train_NM, quantile))
+    active = still_peers(fit, x)
+    if active:
+        peer = _peer([fit.peer_k[i] for i in active], fit.own, fit.window, x, starts).mean(axis=0)
+        halves.append(peer / _unit(fit.peer_train_KNM[active].mean(axis=0), quantile))
     return np.asarray(np.mean(halves, axis=0))
 
 

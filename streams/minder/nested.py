@@ -34,6 +34,7 @@ from rankwatch.streams.minder.blend import (
     blend_scores,
     explained_share,
     fit_blend,
+    still_peers,
 )
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.evaluation import compare, day_blocks, event_scores, score
@@ -139,7 +140,8 @@ def nested_study(
         blocks[DEFAULT], blocks[BASELINE], 24 * 60 / points_per_day
     )
     explained = explained_share(group.train_MTK)
-    out["peer_metrics"] = [group.metrics[k] for k in fit.peer_k]
+    out["peer_metrics_history"] = [group.metrics[k] for k in fit.peer_k]
+    out["peer_metrics"] = [group.metrics[fit.peer_k[i]] for i in still_peers(fit, group.test_MTK)]
     out["explained_by_peers"] = {
         name: None if np.isnan(e) else round(float(e), 3)
         for name, e in zip(group.metrics, explained, strict=True)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from rankwatch.streams.minder.blend import blend_decide, blend_scores, fit_blend, peer_metrics
+from rankwatch.streams.minder.blend import (
+    blend_decide,
+    blend_scores,
+    fit_blend,
+    peer_metrics,
+    still_peers,
+)
 
 
 def fleet(machines: int = 6, points: int = 1200, seed: int = 0) -> np.ndarray:
@@ -28,7 +34,7 @@ def test_machines_out_of_step_have_no_peer_metric_and_own_history_decides() -> N
     x = fleet()
     rolled = np.stack([np.roll(x[m], 17 * m, axis=0) for m in range(x.shape[0])])
     fit = fit_blend(rolled[:, :800], window=8, stride=4)
-    assert fit.peer_k == () and fit.peer_train_NM is None
+    assert fit.peer_k == () and fit.peer_train_KNM.shape[0] == 0
     test = rolled[:, 800:].copy()
     test[2, 200:260, 1] += 0.5  # machine 2 leaves its own level
     hit = blend_decide(blend_scores(fit, test, 0.99), continuity=2)
@@ -63,3 +69,14 @@ def test_missing_points_are_not_scored() -> None:
     scores = blend_scores(fit, test, 0.95)
     assert np.isnan(scores[10, 1]) and not np.isnan(scores[10, 0])
     assert not blend_decide(scores, 1)[10, 1]
+
+
+def test_peers_in_step_in_the_history_and_out_of_step_when_scored_lose_their_peer_half() -> None:
+    x = fleet()
+    fit = fit_blend(x[:, :800], window=8, stride=4)
+    assert fit.peer_k == (0,)
+    test = x[:, 800:].copy()
+    out_of_step = np.stack([np.roll(test[m], 13 * m, axis=0) for m in range(test.shape[0])])
+    assert still_peers(fit, test) == [0] and still_peers(fit, out_of_step) == []
+    # scored without its peer half, the shifted fleet looks like its own history
+    assert float(np.mean(blend_decide(blend_scores(fit, out_of_step, 0.99), 3))) < 0.02
