@@ -287,7 +287,8 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
             f"{args.fa_budget:g} false alarms per machine-day there"
         )
     for name in (
-        "minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise", "baseline"
+        "minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise", "default",
+        "baseline"
     ):  # fmt: skip
         if name not in out:
             continue
@@ -303,10 +304,12 @@ def _holdout(args: argparse.Namespace, cfg: Any) -> int:
         parts = [
             f"{label} {c[key]['difference']:+g} [{c[key]['ci95'][0]:+g}, {c[key]['ci95'][1]:+g}]"
             for key, label in (
+                ("window_f1", "window F1"),
                 ("segments_detected", "segments"),
                 ("detect_minutes_median", "median minutes"),
                 ("false_alarms_per_machine_day", "false alarms/machine-day"),
             )
+            if key in c
         ]
         verdict = "clear on all three" if c["clear_on_all_three"] else "not clear on all three"
         print(f"  {pair:36s} {'; '.join(parts)} ({verdict})")

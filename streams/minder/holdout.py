@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rankwatch.streams.minder.baseline import fit_reference, mahalanobis, window_means
+from rankwatch.streams.minder.blend import fit_blend
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.detector import (
     FUSED,
@@ -45,6 +46,7 @@ from rankwatch.streams.minder.evaluation import (
     segment_outcomes,
     window_labels,
 )
+from rankwatch.streams.minder.nested import DEFAULT, default_candidates
 from rankwatch.streams.minder.online import OnlineConfig
 from rankwatch.streams.minder.priority import max_z_features, rank_metrics
 from rankwatch.streams.minder.replay import replay_group
@@ -83,7 +85,7 @@ class Choice:
             "quantile": self.quantile,
             "continuity": self.continuity,
         }
-        if self.detector != "baseline":
+        if self.detector not in ("baseline", DEFAULT):
             out["denoise"] = self.denoise
         if self.vote:
             out.update(vote=self.vote, vote_metrics=self.vote_metrics or "all")
@@ -178,6 +180,13 @@ def _fused_candidates(
                 yield Choice("minder_fused", q, c, denoise, fuse_metrics=metrics), conf
 
 
+def _default_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[Choice, Bool]]:
+    """The default detector (``blend``; ``nested`` for its own protocol) on the grid."""
+    fit = fit_blend(ctx.group.train_MTK, config.window, config.stride)
+    for (q, c), pred in default_candidates(ctx.group, fit).items():
+        yield Choice(DEFAULT, q, c), pred
+
+
 def _baseline_candidates(ctx: Context, config: MinderConfig) -> Iterator[tuple[Choice, Bool]]:
     g = ctx.group
     train_starts = window_starts(g.train_MTK.shape[1], config.window, config.stride)
@@ -232,7 +241,7 @@ def _best(ctx: Context, candidates: Iterator[tuple[Choice, Bool]]) -> tuple[Choi
     return best[1], best[2], best[3]
 
 
-DETECTORS = ("minder", "minder_peer", "minder_fused", "baseline")
+DETECTORS = ("minder", "minder_peer", "minder_fused", DEFAULT, "baseline")
 LIVE = "minder_live"
 LIVE_PAIRWISE = "minder_live_pairwise"
 
@@ -270,6 +279,7 @@ def _choose(
             if live is not None
             else []
         ),
+        _default_candidates(ctx, config),
         _baseline_candidates(ctx, config),
     ):
         best = _best(ctx, candidates)

@@ -85,7 +85,7 @@ def test_rotate_holds_out_each_server_in_turn(
         "by": "segments_within_false_alarm_budget",
         "false_alarms_per_machine_day": 1.0,
     }
-    for name in ("minder", "minder_peer", "minder_fused", "baseline"):  # chosen per fold
+    for name in ("minder", "minder_peer", "minder_fused", "default", "baseline"):  # per fold
         assert len(out[name]["chosen_per_fold"]) == 6
         assert out[name]["held_out"]["segments"] == 1
     plain = ["minder", "eval", str(group), "--fa-budget", "1", "--epochs", "1"]
@@ -106,13 +106,25 @@ def test_holdout_with_the_live_monitor_and_bootstrap_intervals(
     assert live["held_out"]["segments"] == 1  # omi-3's planted drift
     assert [s["server"] for s in live["held_out_segments"]] == ["omi-3"]
     pairs = out["comparisons"]
-    names = ("minder", "minder_peer", "minder_fused", "minder_live", "minder_live_pairwise")
+    names = (
+        "minder",
+        "minder_peer",
+        "minder_fused",
+        "minder_live",
+        "minder_live_pairwise",
+        "default",
+    )
     assert set(pairs) == {f"{n}_vs_baseline" for n in names} | {
         "minder_live_vs_minder_live_pairwise"
     }
     assert set(out["minder_live_pairwise"]["chosen"]) == {"threshold", "continuity"}
     for c in pairs.values():
-        for key in ("segments_detected", "detect_minutes_median", "false_alarms_per_machine_day"):
+        for key in (
+            "segments_detected",
+            "detect_minutes_median",
+            "false_alarms_per_machine_day",
+            "window_f1",
+        ):
             lo, hi = c[key]["ci95"]
             assert lo <= hi
         assert c["bootstrap"]["unit"] == "server-day"
