@@ -144,6 +144,18 @@ class HostSampler(_Sampler):
         return out
 
 
+class NetworkSampler(_Sampler):
+    """Only the network of the agent's namespace (``/proc/net`` is the reader's
+    namespace): beside :class:`~rankwatch.agent.cgroups.CgroupSampler` when a container
+    is the machine, whose CPU and memory the kernel-wide files would misstate."""
+
+    files = (("net/dev", procfs.net_dev), ("net/netstat", procfs.netstat_ce))
+
+    def sample(self, now_ns: int) -> dict[str, float]:
+        rate = self.rates.update(now_ns, self.raw())
+        return {dst: rate[src] for src, dst in HOST_RATES if src in rate}
+
+
 class ProcessSampler(_Sampler):
     """One process as a machine (``/proc/<pid>``; its ``net/dev`` is its namespace's)."""
 
@@ -233,5 +245,6 @@ _AGENT_NAMES = frozenset(
         *PROCESS_GAUGES.values(),
         *(dst for _, dst, _ in PROCESS_RATES),
         *RDMA_COUNTERS.values(),
+        "cpu_throttled_pct",  # agent.cgroups (its other metrics are named as here)
     ]
 )

@@ -38,6 +38,12 @@ def register(subparsers: Any) -> None:
         help="sample this process as a machine named NAME (repeatable)",
     )
     parser.add_argument("--no-gpu", action="store_true", help="skip NVML")
+    parser.add_argument(
+        "--cgroup",
+        metavar="PATH",
+        help="the machine is this cgroup (a container: its CPU, throttling and memory, "
+        "v1 or v2, path under /sys/fs/cgroup) and the agent's network namespace",
+    )
     add_spool_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -116,6 +122,16 @@ def targets(args: argparse.Namespace) -> list[tuple[str, Any]]:
     from rankwatch.agent.sampler import RdmaSampler
     from rankwatch.errors import UserError
 
+    if args.cgroup:
+        from rankwatch.agent.cgroups import CgroupSampler
+        from rankwatch.agent.sampler import NetworkSampler
+
+        if args.pid:
+            raise UserError("--cgroup and --pid exclude each other")
+        cgroup = CgroupSampler(args.cgroup)
+        if not cgroup.exists():
+            raise UserError(f"--cgroup {args.cgroup}: no such cgroup under {cgroup.root}")
+        return [(args.host, [NetworkSampler(), cgroup])]
     if not args.pid:
         samplers: list[Any] = [HostSampler()]
         if RdmaSampler().ports():
