@@ -24,15 +24,12 @@ decided by when the fault was injected.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import signal
-import socketserver
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.minderlab import LAB_SHARES, namespaces, sink, slow_link
 
 from rankwatch.agent import Agent, AgentConfig, ProcessSampler
 from rankwatch.schemas.codec import decode
@@ -51,9 +49,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 RANK = Path(__file__).with_name("minder_rank_proc.py")
 CPU_CGROUP = Path("/sys/fs/cgroup/cpu")
 RANKS = 6
-LAB_SHARES = 262_144
-"""cgroup v1's largest ``cpu.shares`` (the default is 1024): the ranks' group wins
-the CPU whenever a rank wants it."""
 STARVE_PERIOD_US, STARVE_QUOTA_US = 1_000_000, 1_000
 """0.1% of a CPU (the smallest quota the kernel takes, over its longest period): a
 rank needs about 1%, so the fault bites on a CPU ten times faster than this one."""
@@ -76,16 +71,6 @@ def missing_privileges() -> str | None:
     return None
 
 
-def sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
-class Drain(socketserver.BaseRequestHandler):
-    def handle(self) -> None:
-        while self.request.recv(65536):
-            pass
-
-
 @contextmanager
 def cpu_cgroups(tag: str) -> Iterator[Path]:
     """The ranks' cgroup (outweighing the rest of the box) and its ``starved`` child."""
@@ -104,59 +89,19 @@ def cpu_cgroups(tag: str) -> Iterator[Path]:
                 group.rmdir()  # empty by now: the caller has reaped the ranks
 
 
-NET_LOCK = Path("/tmp/rankwatch-minder-lab.lock")
-
-
-def free_subnet() -> str:
-    """A 10.X prefix no interface of this host uses (two runs at once, from two
-    checkouts say, must not share one: the ranks' connections would go astray). The
-    caller holds ``NET_LOCK`` until its addresses are assigned."""
-    used = subprocess.run(["ip", "-o", "-4", "addr"], check=True, capture_output=True, text=True)
-    for second in range(200, 250):
-        if f" 10.{second}." not in used.stdout:
-            return f"10.{second}"
-    raise RuntimeError("no free 10.200-249 subnet for the lab")
-
-
 @contextmanager
 def lab(tag: str) -> Iterator[tuple[list[subprocess.Popen[bytes]], Path]]:
     """Namespaces, links, a sink server, the CPU cgroups and the rank processes."""
-    server = socketserver.ThreadingTCPServer(("0.0.0.0", 0), Drain)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
     procs: list[subprocess.Popen[bytes]] = []
-    made: list[int] = []
-    try:
-        with open(NET_LOCK, "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released once our addresses are up
-            net = free_subnet()
+    with sink() as port, namespaces(tag, RANKS) as net, cpu_cgroups(tag) as cgroup:
+        try:
             for i in range(RANKS):
-                ns, host, peer = f"rw{tag}{i}", f"rw{tag}{i}h", f"rw{tag}{i}c"
-                sh("ip", "netns", "add", ns)
-                made.append(i)
-                sh("ip", "link", "add", host, "type", "veth", "peer", "name", peer)
-                sh("ip", "link", "set", peer, "netns", ns)
-                sh("ip", "addr", "add", f"{net}.{i}.1/24", "dev", host)
-                sh("ip", "link", "set", host, "up")
-                sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{net}.{i}.2/24", "dev", peer)
-                sh("ip", "netns", "exec", ns, "ip", "link", "set", peer, "up")
-                sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        with cpu_cgroups(tag) as cgroup:
-            try:
-                for i in range(RANKS):
-                    cmd = ["ip", "netns", "exec", f"rw{tag}{i}", sys.executable, str(RANK)]
-                    procs.append(subprocess.Popen([*cmd, f"{net}.{i}.1", str(port)]))
-                    (cgroup / "cgroup.procs").write_text(str(procs[-1].pid))
-                yield procs, cgroup
-            finally:
-                stop(procs)
-    finally:
-        for i in made:
-            subprocess.run(["ip", "link", "del", f"rw{tag}{i}h"], check=False, capture_output=True)
-            subprocess.run(["ip", "netns", "del", f"rw{tag}{i}"], check=False, capture_output=True)
-        server.shutdown()
-        server.server_close()
+                cmd = ["ip", "netns", "exec", f"rw{tag}{i}", sys.executable, str(RANK)]
+                procs.append(subprocess.Popen([*cmd, f"{net}.{i}.1", str(port)]))
+                (cgroup / "cgroup.procs").write_text(str(procs[-1].pid))
+            yield procs, cgroup
+        finally:
+            stop(procs)
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -175,12 +120,7 @@ def inject(fault: str, on: bool, tag: str, rank: int, pid: int, cgroup: Path) ->
         target = cgroup / "starved" if on else cgroup
         (target / "cgroup.procs").write_text(str(pid))
     elif fault == "network":
-        ns, dev = f"rw{tag}{rank}", f"rw{tag}{rank}c"
-        if on:
-            tbf = ["tbf", "rate", "64kbit", "burst", "16kbit", "latency", "400ms"]
-            sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", *tbf)
-        else:
-            sh("ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", dev, "root")
+        slow_link(tag, rank, on)
     else:
         os.kill(pid, signal.SIGUSR1 if on else signal.SIGUSR2)
 
