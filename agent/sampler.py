@@ -13,47 +13,18 @@ several ranks per host.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 
 from rankwatch.agent import procfs
+from rankwatch.schemas.agentmetrics import (
+    HOST_RATES,
+    PROCESS_GAUGES,
+    PROCESS_RATES,
+    RDMA_COUNTERS,
+)
 
 Reader = Callable[[str], str]
 Parser = Callable[[str], dict[str, float]]
-
-HOST_GAUGES = ("cpu_util", "cpu_iowait", "load1", "mem_used_bytes", "mem_util")
-HOST_RATES = (
-    ("net/dev.rx_bytes", "net_rx_Bps"),
-    ("net/dev.tx_bytes", "net_tx_Bps"),
-    ("diskstats.read_bytes", "disk_read_Bps"),
-    ("diskstats.write_bytes", "disk_write_Bps"),
-    ("net/netstat.ce_pkts", "net_ecn_ce_pps"),
-)
-PROCESS_GAUGES = {"status.rss_bytes": "rss_bytes", "stat.threads": "threads"}
-PROCESS_RATES = (
-    ("stat.cpu_s", "cpu_util", 100.0),
-    ("schedstat.wait_s", "cpu_wait", 100.0),
-    ("stat.majflt", "major_faults_ps", 1.0),
-    ("stat.minflt", "minor_faults_ps", 1.0),
-    ("status.nvcsw", "involuntary_switches_ps", 1.0),
-    ("io.read_bytes", "io_read_Bps", 1.0),
-    ("io.write_bytes", "io_write_Bps", 1.0),
-    ("net/dev.rx_bytes", "net_rx_Bps", 1.0),
-    ("net/dev.tx_bytes", "net_tx_Bps", 1.0),
-)
-GPU_PREFIX = re.compile(r"^gpu\d+_")
-"""NVML metrics are per device: ``gpu<i>_<probe>`` (``gpu.GpuSampler``)."""
-
-
-def agent_metric(name: str) -> bool:
-    """Whether the agent (any of its samplers) can send a metric of this name: a model
-    trained on other names (ASD's ``m1``...) can score nothing the agent sends."""
-    return bool(name in _AGENT_NAMES or GPU_PREFIX.match(name))
-
-
-def agent_metric_examples() -> list[str]:
-    """A few of the agent's metric names, for an error message."""
-    return [*HOST_GAUGES[:2], HOST_RATES[0][1], PROCESS_RATES[3][1], "gpu0_util"]
 
 
 def read_text(path: str) -> str:
@@ -188,18 +159,6 @@ class ProcessSampler(_Sampler):
         return out
 
 
-RDMA_COUNTERS = {
-    # RoCE congestion control (mlx5 hw_counters): CNPs sent as notification point,
-    # CNPs handled as reaction point, ECN-marked RoCE packets received
-    "hw_counters/np_cnp_sent": "rdma_cnp_sent_ps",
-    "hw_counters/rp_cnp_handled": "rdma_cnp_handled_ps",
-    "hw_counters/np_ecn_marked_roce_packets": "rdma_ecn_marked_ps",
-    # port data counters are in units of 4 bytes
-    "counters/port_xmit_data": "rdma_tx_Bps",
-    "counters/port_rcv_data": "rdma_rx_Bps",
-}
-
-
 class RdmaSampler:
     """RDMA NIC throughput and congestion counters from sysfs, summed over ports, where
     the host has them (``/sys/class/infiniband/<dev>/ports/<n>/``). PFC pause counters
@@ -236,15 +195,3 @@ class RdmaSampler:
                 scale = 4.0 if rel.startswith("counters/port_") else 1.0
                 totals[name] = totals.get(name, 0.0) + value * scale
         return self.rates.update(now_ns, totals)
-
-
-_AGENT_NAMES = frozenset(
-    [
-        *HOST_GAUGES,
-        *(dst for _, dst in HOST_RATES),
-        *PROCESS_GAUGES.values(),
-        *(dst for _, dst, _ in PROCESS_RATES),
-        *RDMA_COUNTERS.values(),
-        "cpu_throttled_pct",  # agent.cgroups (its other metrics are named as here)
-    ]
-)

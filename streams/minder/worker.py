@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zipfile
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -36,7 +37,7 @@ from typing import Any
 import faust
 import numpy as np
 
-from rankwatch.agent.sampler import agent_metric, agent_metric_examples
+from rankwatch.schemas.agentmetrics import agent_metric, agent_metric_examples
 from rankwatch.schemas.codec import InvalidMessage, decode
 from rankwatch.streams.kit.acks import InOrder
 from rankwatch.streams.kit.deadletter import dead_letter, dead_letter_row
@@ -139,7 +140,7 @@ def model_refusal(path: str) -> str | None:
         return None
     try:
         model = load_model(path)
-    except (OSError, KeyError, ValueError) as exc:
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
         return f"cannot read the model {path}: {exc}"
     assert model is not None
     if any(agent_metric(name) for name in model.metrics):

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rankwatch.agent.cgroups import CgroupSampler
-from rankwatch.agent.sampler import agent_metric
 from rankwatch.cli import main
+from rankwatch.schemas.agentmetrics import agent_metric
 
 NS = 1_000_000_000
 

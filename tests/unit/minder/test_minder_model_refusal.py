@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rankwatch.agent.sampler import HostSampler, ProcessSampler, agent_metric
+from rankwatch.agent.sampler import HostSampler, ProcessSampler
 from rankwatch.cli import main
+from rankwatch.schemas.agentmetrics import agent_metric
 from rankwatch.streams.minder.detector import MinderModel
 from rankwatch.streams.minder.serial import model_to_arrays
 from rankwatch.streams.minder.worker import model_refusal
@@ -38,6 +39,17 @@ def test_a_model_of_the_agents_metrics_is_accepted(tmp_path: Path) -> None:
     assert model_refusal(save(tmp_path / "ok.npz", ("cpu_util", "gpu3_power_w"))) is None
     assert model_refusal("") is None
     assert "cannot read the model" in str(model_refusal(str(tmp_path / "missing.npz")))
+
+
+def test_a_damaged_model_file_is_refused_not_raised(tmp_path: Path) -> None:
+    """A copy cut short (a zip without its directory) or a file that is no model."""
+    good = Path(save(tmp_path / "ok.npz", ("cpu_util",))).read_bytes()
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(good[: len(good) // 2])
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a model at all")
+    for path in (cut, junk):
+        assert "cannot read the model" in str(model_refusal(str(path)))
 
 
 def test_every_metric_the_samplers_send_is_the_agents() -> None:
