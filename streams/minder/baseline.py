@@ -37,13 +37,18 @@ def window_means(x_MTK: NDArray[np.floating], starts: NDArray[np.int64], window:
     return np.asarray(means).transpose(1, 0, 2)
 
 
-def fit_reference(samples_SK: F64, shrinkage: float = 0.1) -> Reference:
-    """Mean and shrunk precision of the reference rows (rows with a NaN are left out)."""
+def fit_reference(samples_SK: F64, shrinkage: float = 0.1, floor: float = 0.0) -> Reference:
+    """Mean and shrunk precision of the reference rows (rows with a NaN are left out).
+
+    ``floor`` is the smallest spread a metric is given: a metric that never moved in
+    the reference (one machine's own history, often) would otherwise weigh 1e9 and
+    turn any later change of it, however small, into a score of thousands."""
     samples_SK = samples_SK[~np.isnan(samples_SK).any(axis=1)]
     mean = samples_SK.mean(axis=0)
     cov = np.atleast_2d(np.cov(samples_SK, rowvar=False))
     target = np.diag(np.diag(cov)) + 1e-9 * np.eye(cov.shape[0])
     shrunk = (1.0 - shrinkage) * cov + shrinkage * target
+    shrunk += np.diag(np.maximum(floor**2 - np.diag(shrunk), 0.0))
     return Reference(mean, np.asarray(np.linalg.pinv(shrunk), dtype=np.float64))
 
 

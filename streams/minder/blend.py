@@ -13,8 +13,9 @@ other misses; their mean lets neither decide alone.
 
 - **Own history**: per machine, the mean and shrunk covariance of its per-metric
   window means over its train split (``baseline.fit_reference``, the same estimate the
-  Mahalanobis baseline fits to all machines pooled); a window's score is its distance
-  from them.
+  Mahalanobis baseline fits to all machines pooled, but no metric's spread below
+  ``FLOOR``: a metric one machine never moved would otherwise outweigh all the others);
+  a window's score is its distance from them.
 - **Peers**: the residual score (``residual``), mean over the *peer metrics* only: the
   metrics in which the peer median explains at least half of the machines' variance,
   over the train split (:func:`peer_metrics`) and over the data being scored
@@ -76,10 +77,13 @@ class BlendFit:
 
 
 def explained_share(train_MTK: NDArray[np.floating]) -> F64:
-    """(K,): per metric, the share of the machines' variance (around their own means)
-    that the peer median explains: 1 - var(value - peer median) / var(value - own mean),
-    pooled over machines. Near 1 where machines move together, near 0 or below where
-    they do not. NaN for a metric with no variance."""
+    """(K,): per metric, the share of the machines' movement (around their own means)
+    that the peer median explains: 1 - mean((value - peer median)^2) / mean((value -
+    own mean)^2), pooled over machines. The numerator is not centred on purpose: a
+    machine that sits at a constant offset from its peers is not explained by them.
+    Near 1 where machines move together, near 0 or below where they do not. NaN for a
+    metric that does not move (its variance is below float rounding of its level: a
+    constant metric's share would be noise over noise) or with fewer than 3 machines."""
     x = np.asarray(train_MTK, dtype=np.float64)
     out = np.full(x.shape[2], np.nan)
     with warnings.catch_warnings():
@@ -87,7 +91,8 @@ def explained_share(train_MTK: NDArray[np.floating]) -> F64:
         for k in range(x.shape[2]):
             own = x[:, :, k] - np.nanmean(x[:, :, k], axis=1, keepdims=True)
             total = float(np.nanmean(own**2))
-            if total > 0 and x.shape[0] >= 3:
+            level = float(np.nanmax(np.abs(x[:, :, k]))) if np.isfinite(x[:, :, k]).any() else 0.0
+            if total > (1e-9 * level) ** 2 and total > 0 and x.shape[0] >= 3:
                 out[k] = 1.0 - float(np.nanmean(peer_deviation(x[:, :, k]) ** 2)) / total
     return out
 
@@ -101,16 +106,30 @@ def peer_metrics(train_MTK: NDArray[np.floating], share: float = PEER_SHARE) -> 
 def fit_blend(
     train_MTK: NDArray[np.floating], window: int, stride: int, floor: float = FLOOR
 ) -> BlendFit:
-    """Both halves' yardsticks from the train split (no labels)."""
+    """Both halves' yardsticks from the train split (no labels). ``ValueError`` where
+    the split cannot score anything: a metric with no value at all (every window of
+    every machine would miss a point), or no machine with a complete window and no
+    peer metric."""
     x = np.asarray(train_MTK, dtype=np.float64)
+    empty = np.flatnonzero(np.isnan(x).all(axis=(0, 1)))
+    if empty.size:
+        raise ValueError(
+            f"metric column(s) {', '.join(map(str, empty))} have no value in the train "
+            "split: every window would miss a point; drop them"
+        )
     starts = window_starts(x.shape[1], window, stride)
     means_NMK = window_means(x, starts, window)
     refs: list[Reference | None] = []
     for m in range(x.shape[0]):
         rows = means_NMK[:, m]
         complete = rows[~np.isnan(rows).any(axis=1)]
-        refs.append(fit_reference(complete) if complete.shape[0] >= 2 else None)
+        refs.append(fit_reference(complete, floor=floor) if complete.shape[0] >= 2 else None)
     peer_k = peer_metrics(x)
+    if not peer_k and all(r is None for r in refs):
+        raise ValueError(
+            f"no machine has a complete train window of {window} points and no metric "
+            "moves with the peers: nothing can be scored"
+        )
     own = fit_own_baseline(x, floor)
     history = _history(refs, means_NMK)
     peer = _peer(peer_k, own, window, x, starts)
@@ -154,8 +173,9 @@ def _unit(train_NM: F64, quantile: float) -> F64:
 
 def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) -> F64:
     """(N, M) on ``x``'s windows: the mean of the two halves, each in units of the
-    machine's own train ``quantile``; NaN where a machine is not scored (a missing
-    point in the window, no history)."""
+    machine's own train ``quantile``. A machine with one half only (no complete train
+    window for its own history, or no peer yardstick) is scored by that half; NaN
+    where it has neither (a missing point in the window)."""
     x = np.asarray(x_MTK, dtype=np.float64)
     if x.shape[0] != len(fit.references):
         raise ValueError(f"fitted on {len(fit.references)} machines, {x.shape[0]} given")
@@ -166,7 +186,9 @@ def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) ->
     if active:
         peer = _peer([fit.peer_k[i] for i in active], fit.own, fit.window, x, starts).mean(axis=0)
         halves.append(peer / _unit(fit.peer_train_KNM[active].mean(axis=0), quantile))
-    return np.asarray(np.mean(halves, axis=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # neither half: stays NaN
+        return np.asarray(np.nanmean(halves, axis=0))
 
 
 def blend_decide(scores_NM: F64, continuity: int) -> NDArray[np.bool_]:

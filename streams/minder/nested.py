@@ -7,9 +7,11 @@ continuity) are picked from one grid by window F1 on the *other* servers' labels
 the held-out server's labels are read only to score it. Everything else is learnt
 without labels from the train split of every server (a fleet's history): the
 default's per-machine yardsticks and peer metrics (``blend``), the baseline's
-reference distribution. The held-out predictions of the folds are pooled and scored
-over all servers, and the default is compared with the baseline by a paired bootstrap
-over server-days (``evaluation.compare``).
+reference distribution; except that the default also keeps only the peer metrics the
+peers still explain over the whole test split (``blend.still_peers``, unlabelled, but
+a look ahead a live monitor cannot make). The held-out predictions of the folds are
+pooled and scored over all servers, and the default is compared with the baseline by
+a paired bootstrap over server-days (``evaluation.compare``).
 
 What it leaves in: the servers of a group share anomaly times, so the other servers'
 labels hint at when the held-out one was anomalous; with two settings on a grid of

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rankwatch.streams.minder.blend import (
     blend_decide,
     blend_scores,
+    explained_share,
     fit_blend,
     peer_metrics,
     still_peers,
@@ -80,3 +82,45 @@ def test_peers_in_step_in_the_history_and_out_of_step_when_scored_lose_their_pee
     assert still_peers(fit, test) == [0] and still_peers(fit, out_of_step) == []
     # scored without its peer half, the shifted fleet looks like its own history
     assert float(np.mean(blend_decide(blend_scores(fit, out_of_step, 0.99), 3))) < 0.02
+
+
+def test_a_metric_a_machine_never_moved_does_not_swamp_its_score() -> None:
+    """Without a floor its variance is ~0, its weight ~1e9, and a change of 0.01 (half
+    the floor) would score in the thousands."""
+    x = fleet()
+    x[3, :, 1] = 0.5  # machine 3's own metric never moved in its history
+    fit = fit_blend(x[:, :800], window=8, stride=4)
+    test = x[:, 800:].copy()
+    test[3, :, 1] = 0.51
+    assert float(np.nanmax(blend_scores(fit, test, 0.95)[:, 3])) < 3.0
+
+
+def test_a_constant_metric_is_no_peer_metric() -> None:
+    """Its share would be rounding noise over rounding noise, often near 1."""
+    x = fleet()
+    x[:, :, 1] = 0.3
+    assert peer_metrics(x) == (0,)
+    assert np.isnan(explained_share(x)[1])
+
+
+def test_a_machine_without_a_complete_train_window_is_scored_by_its_peer_half() -> None:
+    x = fleet()
+    train = x[:, :800].copy()
+    train[2, ::5, 1] = np.nan  # every window of machine 2 misses a point of metric 1
+    fit = fit_blend(train, window=8, stride=4)
+    assert fit.references[2] is None and fit.peer_k == (0,)
+    scores = blend_scores(fit, x[:, 800:], 0.95)
+    assert np.isfinite(scores[:, 2]).all()
+
+
+def test_a_train_split_that_can_score_nothing_is_a_clear_error() -> None:
+    x = fleet()
+    empty = x.copy()
+    empty[:, :, 1] = np.nan
+    with pytest.raises(ValueError, match=r"column\(s\) 1 have no value"):
+        fit_blend(empty, window=8, stride=4)
+    rng = np.random.default_rng(0)
+    holes = rng.normal(0.5, 0.05, (4, 400, 2))  # no shared movement: no peer metric
+    holes[:, ::5, 0] = np.nan
+    with pytest.raises(ValueError, match="nothing can be scored"):
+        fit_blend(holes, window=8, stride=4)
