@@ -8,10 +8,14 @@ kernel throttled it (a CPU quota reached), its anonymous memory. The network is 
 agent's network namespace (``NetworkSampler``), so the agent runs inside it.
 
 Metrics (names shared with the other samplers where the meaning is):
-``cpu_util`` (percent of one CPU, as ``ProcessSampler``), ``cpu_throttled_pct``
-(percent of the time the cgroup was held back by its quota), ``mem_used_bytes``
-(anonymous memory: what a leak grows; page cache is left out, as ``MemAvailable``
-leaves it out for the host).
+``cpu_util`` (percent of one CPU, as ``ProcessSampler``: a cgroup busy on four CPUs
+reads 400, where the host's ``cpu_util`` is a share of all CPUs), ``cpu_throttled_pct``
+(the time the cgroup's run queues were held back by its quota, in percent of one CPU's
+time: the kernel sums the throttled time over the CPUs, so a group throttled on four
+CPUs at once reads up to 400; not capped), ``mem_used_bytes`` (anonymous memory: what
+a leak grows; page cache is left out, where the host's ``mem_used_bytes`` is total
+minus ``MemAvailable`` and holds what the kernel cannot reclaim, shared memory too).
+Compare machines of one kind: a job's hosts are all containers or all hosts.
 """
 
 from __future__ import annotations
@@ -86,5 +90,5 @@ class CgroupSampler:
         if "cpu_s" in rate:
             out["cpu_util"] = 100.0 * rate["cpu_s"]
         if "throttled_s" in rate:
-            out["cpu_throttled_pct"] = min(100.0 * rate["throttled_s"], 100.0)
+            out["cpu_throttled_pct"] = 100.0 * rate["throttled_s"]
         return out
