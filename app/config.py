@@ -181,6 +181,9 @@ class HangWorkerConfig:
             raise ValueError("retire_after_s must be above 0")
 
 
+SCORINGS = ("pairwise", "residual", "blend")
+
+
 @dataclass(frozen=True)
 class MinderWorkerConfig:
     """The Minder worker (``rankwatch minder worker``); docs/minder.md."""
@@ -191,9 +194,10 @@ class MinderWorkerConfig:
     """Consecutive windows a machine must stand out in before it is called faulty."""
     threshold: float = OnlineConfig.threshold
     scoring: str = OnlineConfig.scoring
-    """"pairwise" (the paper's; the default) or "residual" (each host against its own
-    usual place among its peers, learnt from the stream; see docs/minder.md for why it
-    is not the default)."""
+    """"pairwise" (the paper's; the default), "residual" (each host against its own
+    usual place among its peers, learnt from the stream) or "blend" (``minder eval``'s
+    default detector, its yardsticks learnt from the stream); docs/minder.md says why
+    neither is the default yet."""
     model: str = ""
     """MODEL.npz from ``rankwatch minder train`` (empty: no denoising, default order)."""
     retire_after_s: float = 3600.0
@@ -203,8 +207,8 @@ class MinderWorkerConfig:
     """Health file written every tick (empty: none); ``rankwatch worker --health``."""
 
     def __post_init__(self) -> None:
-        if self.scoring not in ("residual", "pairwise"):
-            raise ValueError("scoring must be one of residual, pairwise")
+        if self.scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}")
         if not self.retire_after_s > 0:
             raise ValueError("retire_after_s must be above 0")
 

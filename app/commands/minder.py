@@ -27,6 +27,8 @@ worker: the stream worker: <prefix>.metrics in, machine_scores / machine_faults 
 
 
 def register(subparsers: Any) -> None:
+    from rankwatch.config import SCORINGS
+
     parser = subparsers.add_parser(
         "minder",
         help="faulty-machine detector: train, evaluate, detect",
@@ -105,7 +107,9 @@ def register(subparsers: Any) -> None:
     worker.add_argument("--continuity", type=int, metavar="WINDOWS", help="[minder] continuity")
     worker.add_argument("--threshold", type=float, help="[minder] threshold")
     worker.add_argument(
-        "--scoring", choices=("residual", "pairwise"), help="[minder] scoring (docs/minder.md)"
+        "--scoring",
+        choices=SCORINGS,
+        help="[minder] scoring (docs/minder.md)",
     )
     worker.add_argument(
         "--status-file", help="health file written every tick ([minder] status_file)"

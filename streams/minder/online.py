@@ -50,6 +50,7 @@ from rankwatch.schemas.tables import table_row
 from rankwatch.streams.kit.versions import row_version
 from rankwatch.streams.minder.detector import FUSED, MinderConfig, MinderModel, metric_scores
 from rankwatch.streams.minder.grid import align_on_times
+from rankwatch.streams.minder.liveblend import LiveBlend
 from rankwatch.streams.minder.peers import peer_deviation
 from rankwatch.streams.minder.residual import LiveBaselines, window_summaries
 
@@ -72,7 +73,10 @@ IDLE_LEVELS = (
 
 
 FUSED_ROW = "fused"
-"""The ``machine_scores`` metric of a host's fused residual score."""
+"""The ``machine_scores`` metric of a host's fused residual score (blend: its score)."""
+OWN_ROW = "own history"
+PEERS_ROW = "peers"
+"""Blend scoring's two halves in ``machine_scores``, each in the host's own unit."""
 SCORE_CAP = 1e6
 """Residual scores are capped here, far past any threshold: a value near the float
 limit (which a sample may carry) would otherwise square to infinity, and an infinite
@@ -112,7 +116,15 @@ class OnlineConfig:
     learnt from the stream, fused over metrics (``docs/minder.md``, "Residual scoring on
     the live stream"). Residual scoring is not the default: a phase every host goes
     through together (a checkpoint, an evaluation) makes every host fire
-    (``docs/minder.md``, "Known limits of live residual scoring")."""
+    (``docs/minder.md``, "Known limits of live residual scoring"); "blend": the offline
+    default detector (``liveblend``), a host against its own admitted windows and
+    against its peers, each in units of its own ``quantile`` (``threshold`` is not read:
+    1 is the unit)."""
+    quantile: float = 0.95
+    """Blend scoring: each half's unit is the host's own quantile of its past scores."""
+    blend_history: int = 90
+    """Blend scoring: admitted windows per host its own reference is fit on, and recent
+    windows the peer-metric rule reads."""
     fuse_metrics: int = 0
     """Residual scoring: how many metrics in priority order are fused (0: all)."""
     single_threshold: float = 0.0
@@ -158,6 +170,7 @@ class JobMonitor:
         self.newest_ns = 0
         self.late = 0
         self.baselines = self.fresh_baselines()
+        self.blend = self.fresh_blend()
         self.generation = 0
         """The consumer group's generation of the worker's assignment (0: no group): in
         each row's version, so a later owner's rows win (``kit/versions.py``)."""
@@ -174,6 +187,14 @@ class JobMonitor:
             lag=cfg.lag,
             floor=cfg.floor,
             stride_ns=cfg.stride_s * NS,
+        )
+
+    def fresh_blend(self) -> LiveBlend:
+        """Blend scoring's rings, empty: every host warms up."""
+        cfg = self.config
+        lag = max(cfg.lag, cfg.continuity - 1)  # a confirmed run's first window still pending
+        return LiveBlend(
+            history=cfg.blend_history, warmup=cfg.warmup, lag=lag, quantile=cfg.quantile
         )
 
     def add(self, host: str, ts_ns: int, metrics: Mapping[str, float]) -> None:
@@ -242,15 +263,25 @@ class JobMonitor:
         self.unscored = ""
         values = [np.array([[m.get(k, np.nan) for k in metrics] for m in r]) for r in rows]
         x = align_on_times(times, values, grid, max_age)
+        return hosts, metrics, self._normalised(metrics, x)
+
+    def _normalised(self, metrics: list[str], x_MTK: np.ndarray) -> np.ndarray:
+        """Each metric over its unit (module docstring; blend: ``LiveBlend.high``)."""
+        if not self.config.normalise:
+            return x_MTK
+        idle = np.array([idle_level(k) for k in metrics])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a metric missing everywhere
-            typical = np.nan_to_num(np.nanmax(np.nanmedian(x, axis=0), axis=0))  # (K,)
-        if not self.config.normalise:
-            return hosts, metrics, x
-        high = np.maximum(typical, [idle_level(k) for k in metrics])
+            median_TK = np.nanmedian(x_MTK, axis=0)
+        if self.config.scoring == "blend":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                level = np.nanmedian(median_TK, axis=0)  # the window's, robust to a burst
+            return np.maximum(x_MTK / self.blend.high(metrics, level, idle), 0.0)
+        high = np.maximum(np.nan_to_num(np.nanmax(median_TK, axis=0)), idle)  # (K,)
         if self.config.scoring == "residual":
-            return hosts, metrics, np.maximum(x / high, 0.0)  # above the typical: kept
-        return hosts, metrics, np.clip(x / high, 0.0, 1.0)
+            return np.maximum(x_MTK / high, 0.0)  # above the typical: kept
+        return np.clip(x_MTK / high, 0.0, 1.0)
 
     def _model_for(self, metrics: list[str]) -> MinderModel:
         if self.model is None:
@@ -272,6 +303,9 @@ class JobMonitor:
         model = self._model_for(metrics)
         if self.config.scoring == "residual":
             self._evaluate_residual(end_ns, hosts, metrics, model, x, out)
+            return
+        if self.config.scoring == "blend":
+            self._evaluate_blend(end_ns, hosts, metrics, x, out)
             return
         if self.config.scoring != "pairwise":
             raise ValueError(f"unknown scoring {self.config.scoring!r}")
@@ -301,6 +335,55 @@ class JobMonitor:
                 )  # fmt: skip
         self._episodes(named, set(hosts), end_ns, out)
 
+    def _residual_scores(
+        self, hosts: list[str], metrics: list[str], x_MTK: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(M, K) each: every host's residual score per metric (NaN where it still
+        warms up), and the window's residual summaries for the baselines."""
+        r_MTK = np.stack([peer_deviation(x_MTK[:, :, k]) for k in range(len(metrics))], axis=2)
+        med_MK, mad_MK = window_summaries(r_MTK)
+        loc_MK, scale_MK = self.baselines.levels(hosts, metrics)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NaN: warming up, or lacking
+            z = (r_MTK - loc_MK[:, None, :]) / scale_MK[:, None, :]
+            s_MK = np.minimum(np.sqrt(np.mean(z * z, axis=1)), SCORE_CAP)  # NaN stays NaN
+        return s_MK, med_MK, mad_MK
+
+    def _evaluate_blend(
+        self,
+        end_ns: int,
+        hosts: list[str],
+        metrics: list[str],
+        x_MTK: np.ndarray,
+        out: MonitorOutput,
+    ) -> None:
+        """Blend scoring: the offline default detector with yardsticks from the
+        stream (``liveblend``); a candidate above 1, the host's own unit."""
+        cfg = self.config
+        index = end_ns // (cfg.stride_s * NS)
+        s_MK, med_MK, mad_MK = self._residual_scores(hosts, metrics, x_MTK)
+        scores = self.blend.score(index, hosts, metrics, x_MTK, s_MK)
+        named: dict[str, tuple[str, float]] = {}
+        candidates: set[str] = set()
+        for m in np.flatnonzero(np.isfinite(scores.score_M)).tolist():
+            host, score = hosts[m], float(scores.score_M[m])
+            hit = score > 1.0
+            run = self.runs.get((FUSED, host), 0) + 1 if hit else 0
+            self.runs[(FUSED, host)] = run  # a host not scored keeps its count
+            if hit:
+                candidates.add(host)
+            if run >= cfg.continuity:
+                named[host] = (scores.top[m], score)
+            for name, half in ((OWN_ROW, scores.own_M[m]), (PEERS_ROW, scores.peer_M[m])):
+                if not math.isnan(half):
+                    out.add("machine_scores", self._score_row(host, end_ns, name, float(half), hit))
+            out.add("machine_scores", self._score_row(host, end_ns, FUSED_ROW, score, hit))
+        self._episodes(named, set(hosts), end_ns, out)
+        self.baselines.observe(
+            index, hosts, metrics, med_MK, mad_MK, candidates, set(self.episodes)
+        )
+        self.blend.observe(index, candidates, set(self.episodes))
+
     def _evaluate_residual(
         self,
         end_ns: int,
@@ -314,16 +397,12 @@ class JobMonitor:
         residual standardised by its own baseline; the host's fused score is the mean
         over the fused metrics it is warm in."""
         cfg, base = self.config, self.baselines
-        r_MTK = np.stack([peer_deviation(x_MTK[:, :, k]) for k in range(len(metrics))], axis=2)
-        med_MK, mad_MK = window_summaries(r_MTK)
-        loc_MK, scale_MK = base.levels(hosts, metrics)
+        all_MK, med_MK, mad_MK = self._residual_scores(hosts, metrics, x_MTK)
         order = model.order()
         fused_k = np.array(sorted(order[: cfg.fuse_metrics] if cfg.fuse_metrics else order))
+        s_MK = all_MK[:, fused_k]  # NaN where not scored
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # NaN: warming up, or lacking
-            z = (r_MTK - loc_MK[:, None, :]) / scale_MK[:, None, :]
-            s_MK = np.sqrt(np.mean(z * z, axis=1))[:, fused_k]  # NaN where not scored
-            s_MK = np.minimum(s_MK, SCORE_CAP)  # NaN stays NaN
             fused_M = np.nanmean(s_MK, axis=1)  # over the metrics each host is warm in
         threshold = model.thresholds.get(FUSED, cfg.threshold)
         top_M = np.argmax(np.nan_to_num(s_MK, nan=-np.inf), axis=1)
@@ -403,7 +482,13 @@ class JobMonitor:
         )
 
     def _alert(self, ep: Episode, now_ns: int, firing: bool, gone: bool = False) -> dict[str, Any]:
-        if self.config.scoring == "residual":
+        if self.config.scoring == "blend":
+            summary = (
+                f"machine {ep.host} of job {self.job} is unlike its own record and its peers"
+                f" (score {ep.score:.1f}, where 1 is as odd as its odd windows used to be;"
+                f" most in {ep.metric}) since {self.config.continuity} windows"
+            )
+        elif self.config.scoring == "residual":
             summary = (
                 f"machine {ep.host} of job {self.job} has left its usual place among the "
                 f"others (score {ep.score:.1f} over its metrics, most in {ep.metric}) "

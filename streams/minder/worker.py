@@ -104,6 +104,7 @@ def monitor_state(monitor: JobMonitor, evaluated_end_ns: int) -> dict[str, Any]:
             for host, q in monitor.samples.items()
         },
         "baselines": monitor.baselines.to_state(),
+        "blend": monitor.blend.to_state(),
     }
 
 
@@ -123,6 +124,14 @@ def restore_monitor(monitor: JobMonitor, state: dict[str, Any]) -> None:
                 "job %s: stored baselines not usable (%s): hosts warm up again", monitor.job, exc
             )
             monitor.baselines = monitor.fresh_baselines()
+    if "blend" in state:  # a snapshot stored before blend scoring: warm up again
+        try:
+            monitor.blend.restore(state["blend"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "job %s: stored blend rings not usable (%s): hosts warm up again", monitor.job, exc
+            )
+            monitor.blend = monitor.fresh_blend()
 
 
 def load_model(path: str) -> MinderModel | None:

@@ -29,6 +29,12 @@ def test_defaults_need_no_file_and_no_environment() -> None:
     assert config.clickhouse.database == ""  # the DSN's database, else rankwatch
 
 
+def test_the_minder_worker_takes_blend_scoring(tmp_path: Path) -> None:
+    path = tmp_path / "rankwatch.toml"
+    path.write_text('[minder]\nscoring = "blend"\nwindow_s = 20\n')
+    assert load_config(path, env={}).minder.scoring == "blend"
+
+
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
     path = tmp_path / "rankwatch.toml"
     path.write_text('[kafka]\nbootstrap = "k1:9092"\ngroup = "g"\n[assembly]\ngrace_s = 5\n')
@@ -59,6 +65,7 @@ def test_the_slowdown_detector_takes_its_section(tmp_path: Path) -> None:
         ("[assembly]\ngrace_s = 'soon'\n", "grace_s must be float"),
         ("[assembly]\nlate = 'retry'\n", "late must be one of drop, reanalyse"),
         ("[slowdown]\nopen_after = 12\n", "need 1 <= open_after <= open_within"),
+        ("[minder]\nscoring = 'paper'\n", "scoring must be one of pairwise, residual, blend"),
         ("[kafka\n", "cannot read config"),
     ],
 )
