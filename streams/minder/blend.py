@@ -55,6 +55,12 @@ PEER_SHARE = 0.5
 machines' variance over the train split: more of a machine's movement is the group's
 than its own. On ASD the metrics split far from it (at most 0.17 or at least 0.64)."""
 FLOOR = 0.02
+PHASE_SHARE = 0.75
+"""A window is a phase of the group when at least this share of the scored machines
+is above 1 in the own-history half (:func:`job_phase`): most of them, not all, since in
+a job of a thousand hosts a few noisy ones stay under 1 through any phase. Chosen with
+ASD seen (window F1 0.330 at one half, 0.342 here, 0.368 at all; docs/minder.md)."""
+UNIT_FLOOR = 1.0
 """The residual's smallest spread, in normalised units (``MinderConfig.floor``)."""
 
 
@@ -82,8 +88,8 @@ def explained_share(train_MTK: NDArray[np.floating]) -> F64:
     own mean)^2), pooled over machines. The numerator is not centred on purpose: a
     machine that sits at a constant offset from its peers is not explained by them.
     Near 1 where machines move together, near 0 or below where they do not. NaN for a
-    metric that does not move (its variance is below float rounding of its level: a
-    constant metric's share would be noise over noise) or with fewer than 3 machines."""
+    metric that does not move (:func:`moves`: a constant metric's share would be noise
+    over noise) or with fewer than 3 machines."""
     x = np.asarray(train_MTK, dtype=np.float64)
     out = np.full(x.shape[2], np.nan)
     with warnings.catch_warnings():
@@ -92,9 +98,20 @@ def explained_share(train_MTK: NDArray[np.floating]) -> F64:
             own = x[:, :, k] - np.nanmean(x[:, :, k], axis=1, keepdims=True)
             total = float(np.nanmean(own**2))
             level = float(np.nanmax(np.abs(x[:, :, k]))) if np.isfinite(x[:, :, k]).any() else 0.0
-            if total > (1e-9 * level) ** 2 and total > 0 and x.shape[0] >= 3:
+            if moves(np.array([total]), np.array([level]))[0] and x.shape[0] >= 3:
                 out[k] = 1.0 - float(np.nanmean(peer_deviation(x[:, :, k]) ** 2)) / total
     return out
+
+
+MOVES = 1e-6
+
+
+def moves(variance: F64, level: F64) -> NDArray[np.bool_]:
+    """Whether a metric moves: its variance is above rounding of its level (a spread
+    of a millionth of the level is a constant for this purpose; the live sums, which
+    subtract squares, round at about 1e-8 of it)."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray((variance > (MOVES * np.abs(level)) ** 2) & (variance > 0))
 
 
 def peer_metrics(train_MTK: NDArray[np.floating], share: float = PEER_SHARE) -> tuple[int, ...]:
@@ -164,11 +181,12 @@ def _peer(
 
 
 def _unit(train_NM: F64, quantile: float) -> F64:
-    """(M,): each machine's own ``quantile`` of its train scores (NaN: no train score)."""
+    """(M,): each machine's own ``quantile`` of its train scores, at least
+    ``UNIT_FLOOR`` (NaN: no train score)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         q = np.nanquantile(train_NM, quantile, axis=0)
-    return np.where(q > 0, q, np.nan)
+    return np.where(np.isfinite(q), np.maximum(q, UNIT_FLOOR), np.nan)
 
 
 def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) -> F64:
@@ -181,7 +199,7 @@ def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) ->
         raise ValueError(f"fitted on {len(fit.references)} machines, {x.shape[0]} given")
     starts = window_starts(x.shape[1], fit.window, fit.stride)
     history = _history(fit.references, window_means(x, starts, fit.window))
-    halves = [history / _unit(fit.history_train_NM, quantile)]
+    halves = [without_phases(history / _unit(fit.history_train_NM, quantile))]
     active = still_peers(fit, x)
     if active:
         peer = _peer([fit.peer_k[i] for i in active], fit.own, fit.window, x, starts).mean(axis=0)
@@ -189,6 +207,27 @@ def blend_scores(fit: BlendFit, x_MTK: NDArray[np.floating], quantile: float) ->
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # neither half: stays NaN
         return np.asarray(np.nanmean(halves, axis=0))
+
+
+def without_phases(own_NM: F64) -> F64:
+    """The own-history half with the windows that are a phase of the group
+    (:func:`job_phase`) left out (NaN): there the peer half decides, or, with no peer
+    half, nobody is scored."""
+    out = np.array(own_NM, dtype=np.float64)
+    for n in range(out.shape[0]):
+        if job_phase(out[n] > 1.0, np.isfinite(out[n])):
+            out[n] = np.nan
+    return out
+
+
+def job_phase(candidates_M: NDArray[np.bool_], scored_M: NDArray[np.bool_]) -> bool:
+    """Whether a window is a phase of the whole group in the own-history half, not a
+    fault of some machines: at least ``PHASE_SHARE`` of the scored machines are above
+    their unit in it. Minder's premise is that faulty machines are few; a checkpoint or an
+    evaluation moves every machine off its own history at once, and only the peers
+    can tell a fault from it there."""
+    n = int(np.count_nonzero(scored_M))
+    return n > 0 and int(np.count_nonzero(candidates_M & scored_M)) >= PHASE_SHARE * n
 
 
 def blend_decide(scores_NM: F64, continuity: int) -> NDArray[np.bool_]:
