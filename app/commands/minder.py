@@ -53,7 +53,8 @@ def register(subparsers: Any) -> None:
         "--paper",
         action="store_true",
         help="the paper's Minder (denoisers, metric priority) and its ablations against the "
-        "baseline, one server left out (trains; needs torch)",
+        "baseline, one server left out (trains; needs torch); --holdout and --rotate list "
+        "the paper's Minder beside the default anyway",
     )
     evaluate.add_argument(
         "--holdout",

@@ -23,8 +23,8 @@ there is no split; what the stream has shown stands in for it:
   scored against a reference fit on them (in sample); live each window was scored
   before it entered the ring (out of sample), which is what a later window meets.
 
-A half scores once ``warmup`` admitted windows are in its reference and ``warmup``
-scores in its unit; a host with one half scored is scored by it, as offline. Memory
+A half scores once ``warmup`` admitted windows are in its reference and at least
+1 / (1 - ``quantile``) scores (20 at 0.95) in its unit; a host with one half scored is scored by it, as offline. Memory
 per host: ``history`` x K floats of means and 2 x ``history`` scores; per window, one
 K x K fit per host whose ring changed.
 
@@ -304,8 +304,11 @@ class LiveBlend:
 
     def _unit(self, scores: deque[float] | None) -> float:
         """The host's own ``quantile`` of a half's past scores, at least ``UNIT_FLOOR``
-        (NaN: fewer than ``warmup``)."""
-        if scores is None or len(scores) < max(self.warmup, 1):
+        (NaN: fewer than ``warmup`` or than 1 / (1 - quantile) of them: the 0.95
+        quantile of four scores is their largest, and in the lab a host whose unit
+        was four scores old fired on its first windows)."""
+        need = max(self.warmup, 1, math.ceil(1.0 / (1.0 - self.quantile) - 1e-9))
+        if scores is None or len(scores) < need:
             return math.nan
         return max(
             float(np.quantile(np.fromiter(scores, dtype=np.float64), self.quantile)), UNIT_FLOOR
