@@ -24,9 +24,9 @@ there is no split; what the stream has shown stands in for it:
   before it entered the ring (out of sample), which is what a later window meets.
 
 A half scores once ``warmup`` admitted windows are in its reference and at least
-1 / (1 - ``quantile``) scores (20 at 0.95) in its unit; a host with one half scored is scored by it, as offline. Memory
-per host: ``history`` x K floats of means and 2 x ``history`` scores; per window, one
-K x K fit per host whose ring changed.
+1 / (1 - ``quantile``) scores (20 at 0.95) in its unit; a host with one half scored is
+scored by it, as offline. Memory per host: ``history`` x K floats of means and 2 x
+``history`` scores; per window, one K x K fit per host whose ring changed.
 
 Legend: M hosts, T grid points, K metrics, H ring windows.
 """
@@ -215,6 +215,8 @@ class LiveBlend:
         while self.recent and self.recent[0][0] <= index - self.history:
             _, h, c, mk, dk = self.recent.popleft()
             self.sums.add(h, c, len(self.metrics), mk, dk, -1.0)
+        if index % self.history == 0:
+            self._rebuild_sums()  # adding and taking away for weeks would drift
         self.pending.append((index, list(hosts), cols, means_MK, own_raw, peer_raw))
         return BlendScores(score_M, own_M, peer_M, top, [metrics[k] for k in peer_k])
 
@@ -250,6 +252,11 @@ class LiveBlend:
             del self.last_seen[host]
             self.rings.pop(host, None)
             self.sums.n.pop(host, None)
+
+    def _rebuild_sums(self) -> None:
+        self.sums = PeerSums()
+        for _, hosts, cols, means, devs in self.recent:
+            self.sums.add(hosts, cols, len(self.metrics), means, devs, 1.0)
 
     def _admit(
         self, host: str, cols: NDArray[np.int64], means: F64, own: float, peer: float
