@@ -159,7 +159,30 @@ def live(repeat: int, machines: int, metrics: int) -> dict[str, Any]:
             monitor._evaluate_window(end[0], MonitorOutput())
 
         out[scoring] = timed(once, repeat)
+    out["blend"] = live_blend(repeat, hosts, names, x)
     return out
+
+
+def live_blend(repeat: int, hosts: list[str], names: list[str], x: np.ndarray) -> dict[str, Any]:
+    """Blend scoring of the same window, every host warm (its own reference refit on a
+    ring that changed, both units from 20+ scores): the window is scored 30 times first,
+    each host's noise drawn afresh so that its rings fill as on a stream."""
+    from rankwatch.streams.minder.online import NS, JobMonitor, MonitorOutput, OnlineConfig
+
+    monitor = JobMonitor("bench", OnlineConfig(scoring="blend"))
+    rng = np.random.default_rng(2)
+    current = [x]
+    monitor._window = lambda _end_ns: (hosts, names, current[0])  # type: ignore[method-assign]
+    end = [40 * 60 * NS]
+
+    def once() -> None:
+        end[0] += 60 * NS
+        current[0] = x + rng.normal(0, 0.01, x.shape)
+        monitor._evaluate_window(end[0], MonitorOutput())
+
+    for _ in range(30):
+        once()
+    return timed(once, repeat)
 
 
 def asd_study(epochs: int) -> dict[str, Any]:
