@@ -47,7 +47,7 @@ from rankwatch.streams.minder.baseline import Reference, fit_reference, mahalano
 from rankwatch.streams.minder.continuity import confirm
 from rankwatch.streams.minder.peers import peer_deviation
 from rankwatch.streams.minder.residual import OwnBaseline, fit_own_baseline, residual_scores
-from rankwatch.streams.minder.similarity import window_starts
+from rankwatch.streams.minder.similarity import MIN_MACHINES, window_starts
 
 F64 = NDArray[np.float64]
 PEER_SHARE = 0.5
@@ -55,13 +55,22 @@ PEER_SHARE = 0.5
 machines' variance over the train split: more of a machine's movement is the group's
 than its own. On ASD the metrics split far from it (at most 0.17 or at least 0.64)."""
 FLOOR = 0.02
+"""The residual's smallest spread, in normalised units (``MinderConfig.floor``)."""
+UNIT_FLOOR = 1.0
+"""The smallest unit of a half: a score is a distance in spreads of at least ``FLOOR``,
+so 1 is about one floor-sized step in one metric. A machine whose metrics move less
+than the floor (a steady load) has tiny scores, and a unit taken as their quantile
+would scale that noise back up to 1 and fire on it. It never binds on ASD."""
 PHASE_SHARE = 0.75
 """A window is a phase of the group when at least this share of the scored machines
-is above 1 in the own-history half (:func:`job_phase`): most of them, not all, since in
-a job of a thousand hosts a few noisy ones stay under 1 through any phase. Chosen with
-ASD seen (window F1 0.330 at one half, 0.342 here, 0.368 at all; docs/minder.md)."""
-UNIT_FLOOR = 1.0
-"""The residual's smallest spread, in normalised units (``MinderConfig.floor``)."""
+(and at least ``MIN_MACHINES`` of them) is above 1 in the own-history half
+(:func:`job_phase`): most of them, not all, since in a job of a thousand hosts a few
+noisy ones stay under 1 through any phase. Chosen with ASD seen (window F1 0.330 at
+one half, 0.342 here, 0.368 at all; docs/minder.md)."""
+SCORE_CAP = 1e6
+"""Scores are capped here, far past any unit: a value near the float limit (which a
+sample may carry) would otherwise square to infinity, and an infinite score would be
+left out as not finite, or, live, become a host's unit and blind it."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +236,7 @@ def job_phase(candidates_M: NDArray[np.bool_], scored_M: NDArray[np.bool_]) -> b
     evaluation moves every machine off its own history at once, and only the peers
     can tell a fault from it there."""
     n = int(np.count_nonzero(scored_M))
-    return n > 0 and int(np.count_nonzero(candidates_M & scored_M)) >= PHASE_SHARE * n
+    return n >= MIN_MACHINES and int(np.count_nonzero(candidates_M & scored_M)) >= PHASE_SHARE * n
 
 
 def blend_decide(scores_NM: F64, continuity: int) -> NDArray[np.bool_]:

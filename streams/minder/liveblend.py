@@ -25,8 +25,9 @@ there is no split; what the stream has shown stands in for it:
 
 A half scores once ``warmup`` admitted windows are in its reference and at least
 1 / (1 - ``quantile``) scores (20 at 0.95) in its unit; a host with one half scored is
-scored by it, as offline. Memory per host: ``history`` x K floats of means and 2 x
-``history`` scores; per window, one K x K fit per host whose ring changed.
+scored by it, as offline. Memory per host: ``history`` x K floats of admitted means,
+the same again of recent means and peer deviations, 2 x ``history`` scores; per
+window, one K x K fit per host whose ring changed.
 
 Legend: M hosts, T grid points, K metrics, H ring windows.
 """
@@ -43,7 +44,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rankwatch.streams.minder.baseline import Reference, fit_reference, mahalanobis
-from rankwatch.streams.minder.blend import FLOOR, PEER_SHARE, UNIT_FLOOR, job_phase, moves
+from rankwatch.streams.minder.blend import (
+    FLOOR,
+    PEER_SHARE,
+    SCORE_CAP,
+    UNIT_FLOOR,
+    job_phase,
+    moves,
+)
 from rankwatch.streams.minder.peers import peer_deviation
 
 F64 = NDArray[np.float64]
@@ -121,9 +129,10 @@ class PeerSums:
         count = np.zeros(cols.size)
         hosts = np.zeros(cols.size)
         for acc in self.n.values():
-            if acc.shape[1] <= int(cols.max(initial=-1)):
-                continue
-            n, s1, s2, sd = acc[:, cols]
+            inside = cols < acc.shape[1]  # a metric newer than the host's sums: no data yet
+            block = np.zeros((4, cols.size))
+            block[:, inside] = acc[:, cols[inside]]
+            n, s1, s2, sd = block
             have = n > 0.5
             own += np.where(have, s2 - s1 * s1 / np.maximum(n, 1.0), 0.0)
             dev += np.where(have, sd, 0.0)
@@ -150,14 +159,29 @@ class LiveBlend:
     """(window index, hosts, metric columns, means, peer deviations) of the last
     ``history`` windows, candidates left out: what the peer-metric rule reads."""
     sums: PeerSums = field(default_factory=PeerSums)
-    pending: deque[tuple[int, list[str], NDArray[np.int64], F64, F64, F64]] = field(
+    pending: deque[tuple[int, list[str], NDArray[np.int64], F64, F64, F64, set[str]]] = field(
         default_factory=deque
     )
-    """(window index, hosts, metric columns, means, own scores, peer scores) not yet
-    admitted."""
+    """(window index, hosts, metric columns, means, own scores, peer scores, hosts with
+    an open episode at any decision since) not yet admitted."""
     last_seen: dict[str, int] = field(default_factory=dict)
     scales: dict[str, float] = field(default_factory=dict)
     """Per metric, the highest level the typical host has held in the job so far."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.quantile < 1.0:
+            raise ValueError(f"quantile must be within (0, 1), not {self.quantile}")
+        if self.history < self.unit_scores():
+            raise ValueError(
+                f"a ring of {self.history} windows never holds the {self.unit_scores()} "
+                f"scores a {self.quantile} quantile needs"
+            )
+
+    def unit_scores(self) -> int:
+        """How many past scores a unit needs: ``warmup``, and 1 / (1 - quantile) (the
+        0.95 quantile of four scores is their largest; in the lab a host whose unit was
+        four scores old fired on its first windows)."""
+        return max(self.warmup, 1, math.ceil(1.0 / (1.0 - self.quantile) - 1e-9))
 
     def high(self, metrics: list[str], typical_K: F64, idle_K: F64) -> F64:
         """(K,): each metric's unit, a stable one: the highest typical level so far (at
@@ -185,7 +209,7 @@ class LiveBlend:
         cols = self._columns(metrics)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a metric a host lacks
-            means_MK = x.mean(axis=1)
+            means_MK = np.clip(x.mean(axis=1), -SCORE_CAP, SCORE_CAP)  # squares stay finite
         peer_k = self._peer_metrics(cols, means_MK)
         r = np.asarray(residual_MK, dtype=np.float64)[:, peer_k]
         own_M = np.full(len(hosts), np.nan)
@@ -217,21 +241,23 @@ class LiveBlend:
             self.sums.add(h, c, len(self.metrics), mk, dk, -1.0)
         if index % self.history == 0:
             self._rebuild_sums()  # adding and taking away for weeks would drift
-        self.pending.append((index, list(hosts), cols, means_MK, own_raw, peer_raw))
+        self.pending.append((index, list(hosts), cols, means_MK, own_raw, peer_raw, set()))
         return BlendScores(score_M, own_M, peer_M, top, [metrics[k] for k in peer_k])
 
     def observe(self, index: int, candidates: set[str], in_episode: set[str]) -> None:
-        """Window ``index`` was decided: admit the windows ``lag`` old whose host has
-        no open episode; forget hosts unseen for a ring.
+        """Window ``index`` was decided: admit the windows ``lag`` old whose host had
+        no open episode at any decision since they were scored; forget hosts unseen for
+        a ring.
 
         A candidate window that no episode confirmed *is* admitted: the unit is a
         quantile of the admitted scores, and leaving out every window above it would
         censor the ring at the unit, which could then only fall (a healthy host fired
         within minutes so). A fault is kept out by its episode: with ``lag`` at least
         continuity - 1, a confirmed run's first window is still pending when the
-        episode opens. Candidates are left out of the peer-metric rule's windows at
-        once: a faulty host that leaves the group would otherwise make the metric it
-        leaves in look like no peer metric, and blind the peer half to itself."""
+        episode opens, and its last is decided while the episode is still open.
+        Candidates are left out of the peer-metric rule's windows at once: a faulty
+        host that leaves the group would otherwise make the metric it leaves in look
+        like no peer metric, and blind the peer half to itself."""
         if self.pending and self.pending[-1][0] == index:
             for host in self.pending[-1][1]:
                 self.last_seen[host] = index
@@ -243,10 +269,12 @@ class LiveBlend:
             kept, devs = means[keep], peer_deviation(means[keep])  # the median without them
             self.recent[-1] = (i, [hosts[m] for m in keep], cols, kept, devs)
             self.sums.add(self.recent[-1][1], cols, len(self.metrics), kept, devs, 1.0)
+        for entry in self.pending:
+            entry[6].update(in_episode)
         while self.pending and self.pending[0][0] <= index - self.lag:
-            _, hosts, cols, means, own, peer = self.pending.popleft()
+            _, hosts, cols, means, own, peer, faulty = self.pending.popleft()
             for m, host in enumerate(hosts):
-                if host not in in_episode:
+                if host not in faulty:
                     self._admit(host, cols, means[m], float(own[m]), float(peer[m]))
         for host in [h for h, i in self.last_seen.items() if i < index - self.history]:
             del self.last_seen[host]
@@ -283,27 +311,33 @@ class LiveBlend:
     def _own(
         self, ring: HostRings | None, cols: NDArray[np.int64], mean_K: F64
     ) -> tuple[float, int]:
-        """The host's distance from its own admitted windows, and the position of the
-        metric it departs most in; NaN (and -1) while fewer than ``warmup`` complete
-        windows are in."""
-        if (
-            ring is None
-            or not np.isfinite(mean_K).all()
-            or ring.means.shape[1] <= int(cols.max(initial=-1))
-        ):
+        """The host's distance from its own admitted windows, and the position (in
+        ``cols``) of the metric it departs most in; NaN (and -1) while fewer than
+        ``warmup`` complete windows are in. Only the metrics its ring has at least
+        ``warmup`` values of, and this window has, count: a metric that appears later
+        joins once it has a history, instead of blinding the half until then."""
+        need = max(self.warmup, 2)
+        if ring is None:
             return math.nan, -1
-        key = (tuple(cols.tolist()), ring.writes)
+        inside = cols < ring.means.shape[1]
+        values = np.full((self.history, cols.size), np.nan)
+        values[:, inside] = ring.means[:, cols[inside]]
+        use = np.flatnonzero((np.isfinite(values).sum(axis=0) >= need) & np.isfinite(mean_K))
+        if use.size == 0:
+            return math.nan, -1
+        key = (tuple(cols[use].tolist()), ring.writes)
         if ring.cached is None or ring.cached[0] != key:
-            past = ring.means[:, cols]
+            past = values[:, use]
             past = past[np.isfinite(past).all(axis=1)]
-            if past.shape[0] < max(self.warmup, 2):
+            if past.shape[0] < need:
                 return math.nan, -1
             ref = self.reference(past)
             spread = np.sqrt(np.maximum(np.diag(np.linalg.pinv(ref.precision_KK)), 1e-300))
             ring.cached = (key, ref, spread)
         _, ref, spread = ring.cached
-        worst = int(np.argmax(np.abs(mean_K - ref.mean_K) / spread))
-        return float(mahalanobis(mean_K[None, :], ref)[0]), worst
+        now = mean_K[use]
+        worst = int(use[int(np.argmax(np.abs(now - ref.mean_K) / spread))])
+        return min(float(mahalanobis(now[None, :], ref)[0]), SCORE_CAP), worst
 
     def reference(self, past_HK: F64) -> Reference:
         shrinkage = min(1.0, max(SHRINKAGE, past_HK.shape[1] / past_HK.shape[0]))
@@ -311,11 +345,8 @@ class LiveBlend:
 
     def _unit(self, scores: deque[float] | None) -> float:
         """The host's own ``quantile`` of a half's past scores, at least ``UNIT_FLOOR``
-        (NaN: fewer than ``warmup`` or than 1 / (1 - quantile) of them: the 0.95
-        quantile of four scores is their largest, and in the lab a host whose unit
-        was four scores old fired on its first windows)."""
-        need = max(self.warmup, 1, math.ceil(1.0 / (1.0 - self.quantile) - 1e-9))
-        if scores is None or len(scores) < need:
+        (NaN: fewer than :meth:`unit_scores` of them)."""
+        if scores is None or len(scores) < self.unit_scores():
             return math.nan
         return max(
             float(np.quantile(np.fromiter(scores, dtype=np.float64), self.quantile)), UNIT_FLOOR
@@ -339,7 +370,12 @@ class LiveBlend:
         return np.array([index[m] for m in metrics], dtype=np.int64)
 
     def to_state(self) -> dict[str, Any]:
-        """JSON-ready (NaN as None). The peer sums are rebuilt from ``recent``."""
+        """JSON-ready (NaN as None; no score is infinite, ``SCORE_CAP``). The peer
+        deviations and sums are rebuilt from ``recent``'s means. Its size grows with
+        hosts x ``history`` x K (about 40 MB of JSON at 1,000 hosts, 8 metrics, full
+        rings), and the worker stores it with every window: a cost that blend scoring
+        pays and the worker's snapshots were not built for (not yet measured in the
+        worker)."""
         return {
             "history": self.history,
             "metrics": list(self.metrics),
@@ -352,12 +388,10 @@ class LiveBlend:
                 }
                 for h, r in self.rings.items()
             },
-            "recent": [
-                [i, h, c.tolist(), _nulls(mk), _nulls(dk)] for i, h, c, mk, dk in self.recent
-            ],
+            "recent": [[i, h, c.tolist(), _nulls(mk)] for i, h, c, mk, _ in self.recent],
             "pending": [
-                [i, h, c.tolist(), _nulls(mk), _nulls(o), _nulls(p)]
-                for i, h, c, mk, o, p in self.pending
+                [i, h, c.tolist(), _nulls(mk), _nulls(o), _nulls(p), sorted(f)]
+                for i, h, c, mk, o, p, f in self.pending
             ],
             "last_seen": dict(self.last_seen),
             "scales": dict(self.scales),
@@ -378,12 +412,10 @@ class LiveBlend:
                 means, deque(r["own"], maxlen=h), deque(r["peer"], maxlen=h), int(r["writes"])
             )
         self.recent, self.sums = deque(), PeerSums()
-        for i, hosts, c, mk, dk in state["recent"]:
+        for i, hosts, c, mk in state["recent"]:
             cols = np.array(c, dtype=np.int64)
-            means, devs = (
-                _floats(mk).reshape(len(hosts), cols.size),
-                _floats(dk).reshape(len(hosts), cols.size),
-            )
+            means = _floats(mk).reshape(len(hosts), cols.size)
+            devs = peer_deviation(means)  # as it was computed from these means
             self.recent.append((int(i), list(hosts), cols, means, devs))
             self.sums.add(list(hosts), cols, len(self.metrics), means, devs, 1.0)
         self.pending = deque(
@@ -394,8 +426,9 @@ class LiveBlend:
                 _floats(mk).reshape(len(hosts), len(c)),
                 _floats(o),
                 _floats(p),
+                set(f),
             )
-            for i, hosts, c, mk, o, p in state["pending"]
+            for i, hosts, c, mk, o, p, f in state["pending"]
         )
         self.last_seen = {k: int(v) for k, v in state["last_seen"].items()}
         self.scales = {k: float(v) for k, v in state["scales"].items()}

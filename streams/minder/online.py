@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 
 from rankwatch.schemas.tables import table_row
 from rankwatch.streams.kit.versions import row_version
+from rankwatch.streams.minder.blend import SCORE_CAP
 from rankwatch.streams.minder.detector import FUSED, MinderConfig, MinderModel, metric_scores
 from rankwatch.streams.minder.grid import align_on_times
 from rankwatch.streams.minder.liveblend import LiveBlend
@@ -77,10 +78,6 @@ FUSED_ROW = "fused"
 OWN_ROW = "own history"
 PEERS_ROW = "peers"
 """Blend scoring's two halves in ``machine_scores``, each in the host's own unit."""
-SCORE_CAP = 1e6
-"""Residual scores are capped here, far past any threshold: a value near the float
-limit (which a sample may carry) would otherwise square to infinity, and an infinite
-score would be left out as not finite, hiding the very host that stands out most."""
 
 
 def covers(times: NDArray[np.int64], grid: NDArray[np.int64], max_age: int) -> bool:
@@ -273,12 +270,11 @@ class JobMonitor:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a metric missing everywhere
             median_TK = np.nanmedian(x_MTK, axis=0)
+            level = np.nanmedian(median_TK, axis=0)  # the window's, robust to a burst
+            typical = np.nan_to_num(np.nanmax(median_TK, axis=0))  # (K,)
         if self.config.scoring == "blend":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                level = np.nanmedian(median_TK, axis=0)  # the window's, robust to a burst
             return np.maximum(x_MTK / self.blend.high(metrics, level, idle), 0.0)
-        high = np.maximum(np.nan_to_num(np.nanmax(median_TK, axis=0)), idle)  # (K,)
+        high = np.maximum(typical, idle)
         if self.config.scoring == "residual":
             return np.maximum(x_MTK / high, 0.0)  # above the typical: kept
         return np.clip(x_MTK / high, 0.0, 1.0)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import orjson
+import pytest
 
 from rankwatch.streams.minder.blend import job_phase
 from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
@@ -129,3 +130,68 @@ def test_stored_rings_of_another_length_warm_up_again() -> None:
     other = JobMonitor("job", replace(BLEND, blend_history=30))
     restore_monitor(other, state)
     assert other.blend.rings == {} and other.next_end_ns == first.next_end_ns
+
+
+def _own_scored(rows: list[dict], after_s: int) -> set[str]:
+    return {
+        r["host"] for r in rows if r["metric"] == "own history" and r["time"] > T0 + after_s * NS
+    }
+
+
+def test_a_faults_windows_never_enter_its_hosts_ring() -> None:
+    """Neither the first windows of a confirmed run (still pending when the episode
+    opens) nor the last (decided while it is open), whatever ``resolve_after`` is."""
+    monitor = JobMonitor("job", BLEND)
+    feed(monitor, 1200, fault=(600, 800))
+    ring = monitor.blend.rings["host5"]
+    cpu = ring.means[:, monitor.blend.metrics.index("cpu_util")]
+    healthy = monitor.blend.rings["host4"].means[:, monitor.blend.metrics.index("cpu_util")]
+    # the fault takes 30 of a typical 60-80 off: no admitted window of host 5 is that low
+    assert np.nanmin(cpu) > np.nanmin(healthy) - 0.15
+
+
+def test_one_absurd_sample_does_not_blind_a_host() -> None:
+    """A value near the float limit: the scores are capped, the host's unit stays finite,
+    and the state still goes through JSON."""
+    monitor = JobMonitor("job", BLEND)
+    feed(monitor, 700)
+    monitor.add("host2", T0 + 700 * NS, {"cpu_util": 1e300, "net_rx_Bps": 1e9})
+    _, rows = feed(monitor, 1400, after_ns=T0 + 700 * NS + NS)
+    assert "host2" in _own_scored(rows, 1000)
+    assert all(np.isfinite(v) for v in monitor.blend.rings["host2"].own)
+    snapshot = monitor_state(monitor, monitor.next_end_ns or 0)
+    state = orjson.loads(orjson.dumps(snapshot, option=orjson.OPT_SERIALIZE_NUMPY))
+    again = JobMonitor("job", BLEND)
+    restore_monitor(again, state)
+    assert list(again.blend.rings["host2"].own) == list(monitor.blend.rings["host2"].own)
+
+
+def test_a_metric_that_appears_later_blinds_neither_half() -> None:
+    monitor = JobMonitor("job", BLEND)
+    feed(monitor, 700)
+    rng = np.random.default_rng(3)
+    rows: list[dict] = []
+    for s in range(700, 900):
+        for h in range(8):
+            cpu = 60 + 20 * np.sin(s / 20) + rng.normal(0, 1.5)
+            sample = {"cpu_util": cpu, "net_rx_Bps": 1e9 + rng.normal(0, 1e6), "gpu0_util": 50.0}
+            monitor.add(f"host{h}", T0 + s * NS + 1, sample)
+        rows += monitor.evaluate().rows.get("machine_scores", [])
+    first_new = T0 + 720 * NS
+    own = {
+        r["host"] for r in rows if r["metric"] == "own history" and r["time"] <= first_new + 20 * NS
+    }
+    assert own == {f"host{h}" for h in range(8)}
+
+
+def test_a_phase_needs_enough_scored_hosts() -> None:
+    """One warm host above 1 is no phase of the job: it may fire on its own history."""
+    assert not job_phase(np.array([True, False]), np.array([True, False]))
+    assert job_phase(np.array([True] * 3), np.array([True] * 3))
+
+
+def test_settings_whose_unit_could_never_be_taken_are_refused() -> None:
+    with pytest.raises(ValueError, match="never holds"):
+        JobMonitor("job", replace(BLEND, blend_history=10))
+    with pytest.raises(ValueError, match="quantile"):
+        JobMonitor("job", replace(BLEND, quantile=1.0))
