@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import orjson
 import pytest
+from support.minderfeeds import phase_alerts
 
 from rankwatch.streams.minder.blend import job_phase
 from rankwatch.streams.minder.online import NS, JobMonitor, OnlineConfig
@@ -70,26 +71,11 @@ def test_a_host_that_always_runs_hotter_is_normal_for_itself() -> None:
     assert alerts == []
 
 
-def _phase_alerts(config: OnlineConfig) -> list[tuple[str, str]]:
-    """8 identical hosts at full load, then 6 minutes idle together (a checkpoint, an
-    evaluation), then full load again."""
-    rng = np.random.default_rng(1)
-    monitor, alerts = JobMonitor("job", config), []
-    for s in range(4800):
-        idle = 2400 <= s < 2760
-        for h in range(8):
-            cpu = (5.0 if idle else 90.0) + rng.normal(0, 1.0)
-            rx = (2e4 if idle else 1e8) + rng.normal(0, 1e4 if idle else 1e6)
-            monitor.add(f"host{h}", T0 + s * NS, {"cpu_util": cpu, "net_rx_Bps": rx})
-        alerts += [(a["state"], a["evidence"]["host"]) for a in monitor.evaluate().alerts]
-    return alerts
-
-
 def test_a_phase_of_the_whole_job_raises_nothing() -> None:
     """Every host leaves its own history at once: the own half sits the window out
     (``job_phase``), and the peer residual, on a stable unit, does not move."""
-    assert _phase_alerts(BLEND) == []
-    assert _phase_alerts(replace(BLEND, window_s=60, stride_s=60, continuity=4)) == []
+    assert phase_alerts(BLEND) == []
+    assert phase_alerts(replace(BLEND, window_s=60, stride_s=60, continuity=4)) == []
 
 
 def test_a_job_phase_is_three_quarters_of_the_scored_hosts_or_more() -> None:

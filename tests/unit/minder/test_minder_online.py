@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import orjson
 import pytest
+from support.minderfeeds import phase_alerts
 
 from rankwatch.schemas.codec import decode, encode
 from rankwatch.streams.minder.detector import MinderModel
@@ -325,24 +326,9 @@ def test_stored_baselines_of_another_history_length_warm_up_again() -> None:
     assert set(same.baselines.slots) == {f"host{h}" for h in range(8)}
 
 
-def _phase_alerts(config: OnlineConfig) -> list[tuple[str, str]]:
-    """8 identical hosts at full load, then 6 minutes idle together (a checkpoint, an
-    evaluation phase), then full load again."""
-    rng = np.random.default_rng(1)
-    monitor, alerts = JobMonitor("job", config), []
-    for s in range(4800):
-        idle = 2400 <= s < 2760
-        for h in range(8):
-            cpu = (5.0 if idle else 90.0) + rng.normal(0, 1.0)
-            rx = (2e4 if idle else 1e8) + rng.normal(0, 1e4 if idle else 1e6)
-            monitor.add(f"host{h}", T0 + s * NS, {"cpu_util": cpu, "net_rx_Bps": rx})
-        alerts += [(a["state"], a["evidence"]["host"]) for a in monitor.evaluate().alerts]
-    return alerts
-
-
 def test_the_default_raises_nothing_when_every_host_goes_idle_together() -> None:
     assert OnlineConfig().scoring == "pairwise"
-    assert _phase_alerts(OnlineConfig()) == []
+    assert phase_alerts(OnlineConfig()) == []
 
 
 @pytest.mark.xfail(
@@ -352,7 +338,7 @@ def test_the_default_raises_nothing_when_every_host_goes_idle_together() -> None
     "host's residual against baselines learnt at full load, and every host fires",
 )
 def test_residual_scoring_raises_nothing_when_every_host_goes_idle_together() -> None:
-    assert _phase_alerts(OnlineConfig(scoring="residual")) == []
+    assert phase_alerts(OnlineConfig(scoring="residual")) == []
 
 
 def test_stored_baselines_of_another_stride_warm_up_again() -> None:
